@@ -1,0 +1,109 @@
+#include "embcache/cli/inspect_command.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <memory>
+
+#include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
+#include "embcache/store/cache_file_reader.hpp"
+
+namespace fs = std::filesystem;
+
+namespace embcache {
+
+void setup_inspect(CLI::App& app) {
+  auto options = std::make_shared<InspectOptions>();
+  CLI::App* sub = app.add_subcommand("inspect", "Describe a cache: signature, rows per split, levels, labels");
+  sub->add_option("cache", options->cache, "Cache file")->required();
+  sub->add_flag("--json", options->json, "Print JSON instead of text");
+  sub->callback([options] { run_inspect_command(*options); });
+}
+
+nlohmann::json inspect_cache(const std::string& path) {
+  const std::string segments_dir = path + ".segments";
+  std::int64_t pending = 0;
+  if (fs::is_directory(segments_dir)) {
+    for (const auto& entry : fs::directory_iterator(segments_dir)) {
+      if (entry.path().extension() == ".h5") ++pending;
+    }
+  }
+  if (!fs::exists(path)) {
+    if (pending > 0 || fs::exists(path + ".lock")) {
+      throw IoError(path + ": cache is being written (" + std::to_string(pending) +
+                    " committed segments, not yet consolidated); inspect it when precompute ends");
+    }
+    throw InputError(path + ": no such cache file");
+  }
+  CacheFileReader reader(path);
+  nlohmann::json j;
+  j["path"] = path;
+  j["format"] = kCacheFormatVersion;
+  j["embcache_version"] = reader.embcache_version();
+  j["rows"] = reader.rows();
+  j["signature"] = reader.signature();
+  j["compression"] = reader.storage().compression.to_string();
+  j["dtype"] = to_string(reader.storage().dtype);
+  j["file_bytes"] = std::int64_t(fs::file_size(path));
+  j["pending_segments"] = pending;
+  j["writer_active"] = fs::exists(path + ".lock");
+  const CacheIndex index = reader.read_index();
+  std::map<std::string, std::int64_t> splits;
+  for (const auto& s : index.splits) ++splits[s];
+  j["splits"] = splits;
+  std::map<std::string, std::int64_t> groups;
+  for (const auto& g : index.groups) ++groups[g];
+  j["groups"] = groups;
+  nlohmann::json levels = nlohmann::json::array();
+  for (const auto& level : reader.levels()) {
+    h5::Handle ds = h5::open_dataset(reader.file(), std::string(cache_paths::kLevels) + "/" + level.name);
+    levels.push_back({{"name", level.name},
+                      {"index", level.index},
+                      {"shape", level.row_shape},
+                      {"stride", level.stride},
+                      {"bytes", h5::storage_size(ds.get())}});
+  }
+  j["levels"] = levels;
+  j["labels"] = label_kinds_to_json(reader.label_kinds());
+  return j;
+}
+
+void run_inspect_command(const InspectOptions& options) {
+  const nlohmann::json j = inspect_cache(options.cache);
+  if (options.json) {
+    std::printf("%s\n", j.dump(2).c_str());
+    return;
+  }
+  const auto& sig = j["signature"];
+  std::printf("%s: embcache cache, format %lld, written by embcache %s\n", options.cache.c_str(),
+              (long long)j["format"].get<std::int64_t>(), j["embcache_version"].get<std::string>().c_str());
+  std::printf("  rows: %lld   file: %s   dtype: %s   compression: %s\n",
+              (long long)j["rows"].get<std::int64_t>(), format_bytes(j["file_bytes"].get<double>()).c_str(),
+              j["dtype"].get<std::string>().c_str(), j["compression"].get<std::string>().c_str());
+  std::printf("  encoder: %s (sha256 %s)\n", sig.value("encoder_path", std::string("?")).c_str(),
+              sig.value("encoder_sha256", std::string("?")).substr(0, 16).c_str());
+  std::printf("  preprocessing: %s  bands: %s  crop_size: %s  overlap: %s\n",
+              sig["preprocessing"].dump().c_str(), sig["bands"].dump().c_str(),
+              sig["crop_size"].dump().c_str(), sig["overlap"].dump().c_str());
+  std::printf("  splits:");
+  for (auto it = j["splits"].begin(); it != j["splits"].end(); ++it) {
+    std::printf(" %s=%lld", it.key().c_str(), (long long)it.value().get<std::int64_t>());
+  }
+  std::printf("\n  levels:\n");
+  for (const auto& level : j["levels"]) {
+    std::printf("    %-12s shape %-18s stride %-3lld %s\n", level["name"].get<std::string>().c_str(),
+                level["shape"].dump().c_str(), (long long)level["stride"].get<std::int64_t>(),
+                format_bytes(level["bytes"].get<double>()).c_str());
+  }
+  std::printf("  labels: %s\n", j["labels"].dump().c_str());
+  if (j["pending_segments"].get<std::int64_t>() > 0) {
+    std::printf("  note: %lld committed segments are not yet consolidated (a run is active or was "
+                "interrupted; the next precompute merges them)\n",
+                (long long)j["pending_segments"].get<std::int64_t>());
+  }
+}
+
+}  // namespace embcache

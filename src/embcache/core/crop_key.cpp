@@ -1,0 +1,21 @@
+#include "embcache/core/crop_key.hpp"
+
+namespace embcache {
+
+std::string CropKey::map_key() const {
+  std::string key;
+  key.reserve(group.size() + window.size() + 2 + 32);
+  key += group;
+  key += '\0';
+  key += window;
+  key += '\0';
+  for (std::int64_t v : bounds.as_array()) key.append(reinterpret_cast<const char*>(&v), sizeof v);
+  return key;
+}
+
+std::string CropKey::describe() const {
+  return group + "/" + window + "[" + std::to_string(bounds.x1) + "," + std::to_string(bounds.y1) +
+         "," + std::to_string(bounds.x2) + "," + std::to_string(bounds.y2) + "]";
+}
+
+}  // namespace embcache

@@ -1,0 +1,32 @@
+// The identity of one cache row: (group, window, crop bounds).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+
+namespace embcache {
+
+// Pixel bounds (x1, y1, x2, y2), end-exclusive, in window (or absolute) pixel coordinates.
+struct Bounds {
+  std::int64_t x1 = 0, y1 = 0, x2 = 0, y2 = 0;
+  std::int64_t width() const { return x2 - x1; }
+  std::int64_t height() const { return y2 - y1; }
+  std::array<std::int64_t, 4> as_array() const { return {x1, y1, x2, y2}; }
+  bool operator==(const Bounds& o) const {
+    return x1 == o.x1 && y1 == o.y1 && x2 == o.x2 && y2 == o.y2;
+  }
+};
+
+struct CropKey {
+  std::string group;
+  std::string window;
+  Bounds bounds;
+
+  // A compact unique string for hash maps; groups and names may hold any UTF-8 but not NUL.
+  std::string map_key() const;
+  // For messages: group/window[x1,y1,x2,y2].
+  std::string describe() const;
+};
+
+}  // namespace embcache

@@ -1,0 +1,90 @@
+#include "embcache/core/parse.hpp"
+
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+
+#include "embcache/core/error.hpp"
+
+namespace embcache {
+namespace {
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t");
+  if (b == std::string::npos) return "";
+  const auto e = s.find_last_not_of(" \t");
+  return s.substr(b, e - b + 1);
+}
+
+}  // namespace
+
+std::vector<std::string> split_list(const std::string& text, const std::string& what) {
+  std::vector<std::string> items;
+  std::size_t start = 0;
+  while (true) {
+    const auto comma = text.find(',', start);
+    const std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
+    if (item.empty()) throw UsageError(what + ": empty item in list \"" + text + "\"");
+    items.push_back(item);
+    if (comma == std::string::npos) break;
+    start = comma + 1;
+  }
+  return items;
+}
+
+double parse_double(const std::string& text, const std::string& what) {
+  const std::string t = trim(text);
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || !std::isfinite(v)) {
+    throw UsageError(what + ": expected a number, got \"" + text + "\"");
+  }
+  return v;
+}
+
+std::int64_t parse_int(const std::string& text, const std::string& what) {
+  const std::string t = trim(text);
+  char* end = nullptr;
+  const long long v = std::strtoll(t.c_str(), &end, 10);
+  if (t.empty() || *end != '\0') throw UsageError(what + ": expected an integer, got \"" + text + "\"");
+  return v;
+}
+
+std::vector<double> parse_double_list(const std::string& text, const std::string& what) {
+  std::vector<double> values;
+  for (const auto& item : split_list(text, what)) values.push_back(parse_double(item, what));
+  return values;
+}
+
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& what) {
+  std::vector<std::int64_t> values;
+  for (const auto& item : split_list(text, what)) values.push_back(parse_int(item, what));
+  return values;
+}
+
+std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const std::string& what) {
+  const auto x = text.find_first_of("xX");
+  std::int64_t w, h;
+  if (x == std::string::npos) {
+    w = h = parse_int(text, what);
+  } else {
+    w = parse_int(text.substr(0, x), what);
+    h = parse_int(text.substr(x + 1), what);
+  }
+  if (w <= 0 || h <= 0) throw UsageError(what + ": sizes must be positive, got \"" + text + "\"");
+  return {w, h};
+}
+
+std::string format_bytes(double bytes) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int unit = 0;
+  while (bytes >= 1024.0 && unit < 4) {
+    bytes /= 1024.0;
+    ++unit;
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, unit == 0 ? "%.0f %s" : "%.1f %s", bytes, units[unit]);
+  return buf;
+}
+
+}  // namespace embcache

@@ -1,0 +1,22 @@
+// Parsing of option values shared by the command line and JSON configs (lists, sizes, bytes).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace embcache {
+
+// "1,2, 3" -> {"1","2","3"}; empty items are an error naming `what`.
+std::vector<std::string> split_list(const std::string& text, const std::string& what);
+std::vector<double> parse_double_list(const std::string& text, const std::string& what);
+std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& what);
+double parse_double(const std::string& text, const std::string& what);
+std::int64_t parse_int(const std::string& text, const std::string& what);
+// "64" -> (64, 64); "96x64" -> (width 96, height 64).
+std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const std::string& what);
+// Human-readable byte count: 1536 -> "1.5 KiB".
+std::string format_bytes(double bytes);
+
+}  // namespace embcache

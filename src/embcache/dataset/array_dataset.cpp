@@ -1,0 +1,209 @@
+#include "embcache/dataset/array_dataset.hpp"
+
+#include <ATen/ATen.h>
+
+#include <unordered_map>
+
+#include "embcache/core/error.hpp"
+#include "embcache/store/h5.hpp"
+
+namespace embcache {
+namespace {
+
+struct PixelType {
+  hid_t mem_type;
+  at::ScalarType scalar;
+};
+
+// uint16 has no torch dtype in 1.13: HDF5 widens it to int32 exactly.
+std::optional<PixelType> pixel_type_for(hid_t file_type) {
+  const H5T_class_t cls = H5Tget_class(file_type);
+  const std::size_t size = H5Tget_size(file_type);
+  const bool is_signed = H5Tget_sign(file_type) == H5T_SGN_2;
+  if (cls == H5T_INTEGER) {
+    if (size == 1 && !is_signed) return PixelType{H5T_NATIVE_UINT8, at::kByte};
+    if (size == 2 && is_signed) return PixelType{H5T_NATIVE_INT16, at::kShort};
+    if (size == 2 && !is_signed) return PixelType{H5T_NATIVE_INT32, at::kInt};
+    if (size == 4 && is_signed) return PixelType{H5T_NATIVE_INT32, at::kInt};
+  }
+  if (cls == H5T_FLOAT && size == 4 && !h5::is_float16(file_type)) {
+    return PixelType{H5T_NATIVE_FLOAT, at::kFloat};
+  }
+  return std::nullopt;
+}
+
+class ArrayDataset final : public WindowSource {
+ public:
+  explicit ArrayDataset(const std::string& path) : path_(path) {
+    if (!h5::is_hdf5(path)) {
+      throw InputError(path + ": not an HDF5 file (or missing); expected an array dataset "
+                              "with /images [N, C, H, W] (see docs/dataset-formats.md)");
+    }
+    file_ = h5::open_file(path, false);
+    open_images();
+    const std::size_t n = std::size_t(dims_[0]);
+    auto names = read_string_column("names", n);
+    auto groups = read_string_column("groups", n);
+    auto splits = read_string_column("splits", n);
+    windows_.resize(n);
+    std::unordered_map<std::string, std::size_t> seen;
+    for (std::size_t i = 0; i < n; ++i) {
+      WindowInfo& w = windows_[i];
+      w.name = names ? (*names)[i] : "w" + std::to_string(i);
+      w.group = groups ? (*groups)[i] : "default";
+      w.split = splits ? (*splits)[i] : "train";
+      w.bounds = {0, 0, std::int64_t(dims_[3]), std::int64_t(dims_[2])};
+      if (w.name.empty()) throw InputError(path + ": /names row " + std::to_string(i) + " is empty");
+      const auto [it, inserted] = seen.emplace(w.group + '\0' + w.name, i);
+      if (!inserted) {
+        throw InputError(path + ": /names rows " + std::to_string(it->second) + " and " +
+                         std::to_string(i) + " are both \"" + w.name + "\" in group \"" +
+                         w.group + "\"; window names must be unique within a group");
+      }
+    }
+    open_labels();
+    open_masks();
+  }
+
+  const std::vector<WindowInfo>& windows() const override { return windows_; }
+  std::int64_t channels() const override { return std::int64_t(dims_[1]); }
+  LabelKinds label_kinds() const override { return kinds_; }
+  std::string describe() const override {
+    return path_ + " (array dataset, " + std::to_string(windows_.size()) + " windows, " +
+           std::to_string(dims_[1]) + "x" + std::to_string(dims_[2]) + "x" +
+           std::to_string(dims_[3]) + " " + pixel_type_name_ + ")";
+  }
+
+  WindowData read(std::size_t index) override {
+    WindowData data;
+    data.pixels = at::empty({std::int64_t(dims_[1]), std::int64_t(dims_[2]), std::int64_t(dims_[3])},
+                            at::TensorOptions().dtype(pixel_.scalar));
+    h5::read_rows(images_.get(), pixel_.mem_type, index, 1, data.pixels.data_ptr(),
+                  path_ + ":/images");
+    if (kinds_.has_class) {
+      h5::read_rows(labels_.get(), H5T_NATIVE_INT64, index, 1, &data.label_class,
+                    path_ + ":/labels");
+    }
+    if (kinds_.has_value) {
+      data.label_value = kinds_.value_width == 0 ? at::empty({}, at::kFloat)
+                                                 : at::empty({kinds_.value_width}, at::kFloat);
+      h5::read_rows(labels_.get(), H5T_NATIVE_FLOAT, index, 1, data.label_value.data_ptr(),
+                    path_ + ":/labels");
+    }
+    if (kinds_.has_mask) {
+      data.mask = at::empty({std::int64_t(dims_[2]), std::int64_t(dims_[3])}, at::kInt);
+      h5::read_rows(masks_.get(), H5T_NATIVE_INT32, index, 1, data.mask.data_ptr(),
+                    path_ + ":/masks");
+    }
+    return data;
+  }
+
+ private:
+  void open_images() {
+    if (!h5::exists(file_.get(), "images")) {
+      throw InputError(path_ + ": missing dataset /images; an array dataset stores windows as "
+                               "/images [N, C, H, W] (see docs/dataset-formats.md)");
+    }
+    images_ = h5::open_dataset(file_.get(), "images");
+    dims_ = h5::dataset_dims(images_.get(), path_ + ":/images");
+    if (dims_.size() != 4) {
+      throw InputError(path_ + ": /images has rank " + std::to_string(dims_.size()) +
+                       "; expected [N, C, H, W] (rank 4)");
+    }
+    h5::Handle type = h5::dataset_type(images_.get(), path_);
+    pixel_type_name_ = h5::describe_type(type.get());
+    const auto pixel = pixel_type_for(type.get());
+    if (!pixel) {
+      throw InputError(path_ + ": /images has type " + pixel_type_name_ +
+                       "; supported: uint8, uint16, int16, int32, float32");
+    }
+    pixel_ = *pixel;
+    if (dims_[1] == 0 || dims_[2] == 0 || dims_[3] == 0) {
+      throw InputError(path_ + ": /images has an empty channel or spatial dimension");
+    }
+  }
+
+  std::optional<std::vector<std::string>> read_string_column(const std::string& name,
+                                                             std::size_t n) {
+    if (!h5::exists(file_.get(), name)) return std::nullopt;
+    h5::Handle ds = h5::open_dataset(file_.get(), name);
+    const auto dims = h5::dataset_dims(ds.get(), path_ + ":/" + name);
+    if (dims.size() != 1 || dims[0] != n) {
+      throw InputError(path_ + ": /" + name + " has shape " + shape_text(dims) + "; expected [" +
+                       std::to_string(n) + "] to match /images");
+    }
+    return h5::read_strings(ds.get(), 0, n, path_ + ":/" + name);
+  }
+
+  void open_labels() {
+    if (!h5::exists(file_.get(), "labels")) return;
+    labels_ = h5::open_dataset(file_.get(), "labels");
+    const auto dims = h5::dataset_dims(labels_.get(), path_ + ":/labels");
+    h5::Handle type = h5::dataset_type(labels_.get(), path_);
+    const H5T_class_t cls = H5Tget_class(type.get());
+    if (dims.empty() || dims[0] != dims_[0] || dims.size() > 2) {
+      throw InputError(path_ + ": /labels has shape " + shape_text(dims) + "; expected [" +
+                       std::to_string(dims_[0]) + "] or [" + std::to_string(dims_[0]) +
+                       ", K] to match /images");
+    }
+    if (cls == H5T_INTEGER && dims.size() == 1) {
+      kinds_.has_class = true;
+      // Validate class ids now: one negative id would silently poison every later metric.
+      std::vector<std::int64_t> ids(dims[0]);
+      h5::read_rows(labels_.get(), H5T_NATIVE_INT64, 0, dims[0], ids.data(), path_ + ":/labels");
+      for (std::size_t i = 0; i < ids.size(); ++i) {
+        if (ids[i] < 0) {
+          throw InputError(path_ + ": /labels row " + std::to_string(i) + " is " +
+                           std::to_string(ids[i]) + "; class ids must be >= 0");
+        }
+      }
+    } else if (cls == H5T_FLOAT) {
+      kinds_.has_value = true;
+      kinds_.value_width = dims.size() == 2 ? std::int64_t(dims[1]) : 0;
+    } else {
+      throw InputError(path_ + ": /labels must be integer [N] (classes) or float [N] / [N, K] "
+                               "(regression), found " + h5::describe_type(type.get()) + " " +
+                       shape_text(dims));
+    }
+  }
+
+  void open_masks() {
+    if (!h5::exists(file_.get(), "masks")) return;
+    masks_ = h5::open_dataset(file_.get(), "masks");
+    const auto dims = h5::dataset_dims(masks_.get(), path_ + ":/masks");
+    if (dims.size() != 3 || dims[0] != dims_[0] || dims[1] != dims_[2] || dims[2] != dims_[3]) {
+      throw InputError(path_ + ": /masks has shape " + shape_text(dims) + "; expected [" +
+                       std::to_string(dims_[0]) + ", " + std::to_string(dims_[2]) + ", " +
+                       std::to_string(dims_[3]) + "] to match /images");
+    }
+    h5::Handle type = h5::dataset_type(masks_.get(), path_);
+    if (H5Tget_class(type.get()) != H5T_INTEGER) {
+      throw InputError(path_ + ": /masks must hold integer class ids, found " +
+                       h5::describe_type(type.get()));
+    }
+    kinds_.has_mask = true;
+    kinds_.ignore_index = h5::read_attr_int(masks_.get(), "ignore_index").value_or(-1);
+  }
+
+  static std::string shape_text(const std::vector<hsize_t>& dims) {
+    std::string s = "[";
+    for (std::size_t i = 0; i < dims.size(); ++i) s += (i ? ", " : "") + std::to_string(dims[i]);
+    return s + "]";
+  }
+
+  std::string path_;
+  h5::Handle file_, images_, labels_, masks_;
+  std::vector<hsize_t> dims_;
+  PixelType pixel_{};
+  std::string pixel_type_name_;
+  std::vector<WindowInfo> windows_;
+  LabelKinds kinds_;
+};
+
+}  // namespace
+
+std::unique_ptr<WindowSource> open_array_dataset(const std::string& path) {
+  return std::make_unique<ArrayDataset>(path);
+}
+
+}  // namespace embcache

@@ -1,0 +1,50 @@
+#include "embcache/dataset/cropper.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+namespace embcache {
+namespace {
+
+// Copies the part of `source` ([..., H, W] in window coordinates) that overlaps `crop` into a
+// tensor of the crop's size filled with `fill`.
+at::Tensor padded_slice(const at::Tensor& source, const Bounds& window, const Bounds& crop,
+                        const at::Scalar& fill) {
+  const std::int64_t rank = source.dim();
+  std::vector<std::int64_t> shape(source.sizes().begin(), source.sizes().end());
+  shape[rank - 2] = crop.height();
+  shape[rank - 1] = crop.width();
+  const std::int64_t x1 = std::max(crop.x1, window.x1), x2 = std::min(crop.x2, window.x2);
+  const std::int64_t y1 = std::max(crop.y1, window.y1), y2 = std::min(crop.y2, window.y2);
+  const at::Tensor inside = source.slice(rank - 1, x1 - window.x1, x2 - window.x1)
+                                .slice(rank - 2, y1 - window.y1, y2 - window.y1);
+  if (x1 == crop.x1 && x2 == crop.x2 && y1 == crop.y1 && y2 == crop.y2) {
+    return inside.contiguous();
+  }
+  at::Tensor out = at::full(shape, fill, source.options());
+  if (x2 > x1 && y2 > y1) {
+    out.slice(rank - 1, x1 - crop.x1, x2 - crop.x1)
+        .slice(rank - 2, y1 - crop.y1, y2 - crop.y1)
+        .copy_(inside);
+  }
+  return out;
+}
+
+}  // namespace
+
+CropPixels cut_crop(const at::Tensor& pixels, const at::Tensor& mask, const Bounds& window_bounds,
+                    const Bounds& crop, const CropperOptions& options) {
+  CropPixels result;
+  at::Tensor source = pixels;
+  if (!options.bands.empty()) {
+    source = pixels.index_select(0, at::tensor(options.bands, at::kLong));
+  }
+  result.pixels = padded_slice(source, window_bounds, crop, options.pad_value);
+  if (mask.defined()) {
+    result.mask = padded_slice(mask, window_bounds, crop, options.mask_pad_value);
+  }
+  return result;
+}
+
+}  // namespace embcache

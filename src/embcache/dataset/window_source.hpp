@@ -1,0 +1,54 @@
+// The dataset reader interface: a list of windows, each read whole (pixels, labels, mask).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "embcache/core/crop_key.hpp"
+
+namespace embcache {
+
+struct WindowInfo {
+  std::string group;
+  std::string name;
+  std::string split;
+  Bounds bounds;  // the window's pixel bounds; crops are placed in these coordinates
+};
+
+// Which labels a dataset carries; every window of one dataset has the same kinds.
+struct LabelKinds {
+  bool has_class = false;
+  bool has_value = false;
+  std::int64_t value_width = 0;  // 0: one scalar per window ([N]); K: a vector ([N, K])
+  bool has_mask = false;
+  std::int64_t ignore_index = -1;
+  bool operator==(const LabelKinds& o) const {
+    return has_class == o.has_class && has_value == o.has_value && value_width == o.value_width &&
+           has_mask == o.has_mask && (!has_mask || ignore_index == o.ignore_index);
+  }
+};
+
+struct WindowData {
+  at::Tensor pixels;       // [C, H, W] in the dataset's integer or float type (uint16 widened to int32)
+  std::int64_t label_class = 0;
+  at::Tensor label_value;  // float32 [] or [K]; undefined without value labels
+  at::Tensor mask;         // int32 [H, W]; undefined without masks
+};
+
+class WindowSource {
+ public:
+  virtual ~WindowSource() = default;
+  virtual const std::vector<WindowInfo>& windows() const = 0;
+  virtual std::int64_t channels() const = 0;
+  virtual LabelKinds label_kinds() const = 0;
+  // One line saying what this is (path, format, window count), for summaries and inspect.
+  virtual std::string describe() const = 0;
+  // Reads one window whole. Not thread-safe: one thread owns the source (HDF5 is not concurrent).
+  virtual WindowData read(std::size_t index) = 0;
+};
+
+}  // namespace embcache

@@ -1,0 +1,142 @@
+#include "embcache/encoder/encoder.hpp"
+
+#include <ATen/autocast_mode.h>
+#include <torch/cuda.h>
+#include <torch/script.h>
+#include <torch/version.h>
+
+#include <filesystem>
+
+#include "embcache/core/error.hpp"
+
+namespace embcache {
+
+Amp parse_amp(const std::string& text) {
+  if (text == "none") return Amp::kNone;
+  if (text == "fp16") return Amp::kFp16;
+  if (text == "bf16") return Amp::kBf16;
+  throw UsageError("--amp: expected none, fp16 or bf16, got \"" + text + "\"");
+}
+
+c10::Device resolve_device(const std::string& text) {
+  if (text == "auto") return torch::cuda::is_available() ? c10::Device(c10::kCUDA, 0) : c10::Device(c10::kCPU);
+  if (text == "cpu") return c10::Device(c10::kCPU);
+  if (text == "cuda" || text.rfind("cuda:", 0) == 0) {
+    if (!torch::cuda::is_available()) {
+      throw UsageError("--device " + text + ": CUDA is not available (this LibTorch build or machine "
+                       "has no GPU); use --device cpu or auto");
+    }
+    c10::Device device(c10::kCUDA, 0);
+    if (text.size() > 5) {
+      const int index = std::atoi(text.c_str() + 5);
+      if (index < 0 || index >= int(torch::cuda::device_count())) {
+        throw UsageError("--device " + text + ": there are " +
+                         std::to_string(torch::cuda::device_count()) + " CUDA devices");
+      }
+      device = c10::Device(c10::kCUDA, c10::DeviceIndex(index));
+    }
+    return device;
+  }
+  throw UsageError("--device: expected auto, cpu, cuda or cuda:N, got \"" + text + "\"");
+}
+
+struct Encoder::Impl {
+  torch::jit::script::Module module;
+};
+
+Encoder::Encoder(const std::string& path, c10::Device device, Amp amp)
+    : impl_(std::make_unique<Impl>()), path_(path), device_(device), amp_(amp) {
+  if (!std::filesystem::is_regular_file(path)) {
+    throw InputError(path + ": encoder file not found; pass a TorchScript file saved with "
+                            "torch.jit.save");
+  }
+  if (amp_ != Amp::kNone && !device_.is_cuda()) {
+    throw UsageError("--amp needs a CUDA device; on CPU use --amp none");
+  }
+  try {
+    impl_->module = torch::jit::load(path, device_);
+  } catch (const c10::Error& e) {
+    throw InputError(path + ": not a loadable TorchScript file (" + first_line(e.what_without_backtrace()) +
+                     "); save the encoder with torch.jit.script/trace + torch.jit.save");
+  }
+  impl_->module.eval();
+}
+
+Encoder::~Encoder() = default;
+
+namespace {
+
+at::Tensor as_level(const c10::IValue& value, const std::string& name, std::int64_t batch) {
+  if (!value.isTensor()) {
+    throw InputError("encoder output " + name + " is a " + value.tagKind() +
+                     ", not a Tensor; return a Tensor, a list/tuple of Tensors or Dict[str, Tensor]");
+  }
+  at::Tensor t = value.toTensor();
+  if (t.dim() != 2 && t.dim() != 4) {
+    throw InputError("encoder output " + name + " has " + std::to_string(t.dim()) +
+                     " dimensions; each level must be [B, C, H, W] or [B, C]");
+  }
+  if (t.size(0) != batch) {
+    throw InputError("encoder output " + name + " has batch dimension " + std::to_string(t.size(0)) +
+                     " for an input batch of " + std::to_string(batch) +
+                     "; the first dimension must be the batch");
+  }
+  if (!at::isFloatingType(t.scalar_type())) {
+    throw InputError("encoder output " + name + " has non-float dtype " +
+                     std::string(c10::toString(t.scalar_type())));
+  }
+  return t;
+}
+
+}  // namespace
+
+EncoderOutput Encoder::forward(const at::Tensor& batch) {
+  c10::InferenceMode inference;
+  if (amp_ != Amp::kNone) {
+    const auto dtype = amp_ == Amp::kFp16 ? at::kHalf : at::kBFloat16;
+#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, dtype);
+#else
+    at::autocast::set_enabled(true);
+    at::autocast::set_autocast_gpu_dtype(dtype);
+#endif
+  }
+  const std::int64_t b = batch.size(0);
+  c10::IValue out;
+  try {
+    out = impl_->module.forward({batch.to(device_, /*non_blocking=*/true)});
+  } catch (const c10::Error& e) {
+    throw InputError(path_ + ": forward failed on a batch of shape " + std::string(c10::str(batch.sizes())) +
+                     ": " + first_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    throw InputError(path_ + ": forward failed: " + first_line(e.what()));
+  }
+  EncoderOutput result;
+  if (out.isTensor()) {
+    result.names.push_back("0");
+    result.levels.push_back(as_level(out, "0", b));
+  } else if (out.isTuple() || out.isList()) {
+    const auto elements = out.isTuple() ? out.toTupleRef().elements().vec() : out.toListRef().vec();
+    for (std::size_t i = 0; i < elements.size(); ++i) {
+      result.names.push_back(std::to_string(i));
+      result.levels.push_back(as_level(elements[i], "[" + std::to_string(i) + "]", b));
+    }
+  } else if (out.isGenericDict()) {
+    for (const auto& entry : out.toGenericDict()) {
+      if (!entry.key().isString()) {
+        throw InputError("encoder returned a dict with non-string keys; use Dict[str, Tensor]");
+      }
+      const std::string name = entry.key().toStringRef();
+      result.names.push_back(name);
+      result.levels.push_back(as_level(entry.value(), "\"" + name + "\"", b));
+    }
+  } else {
+    throw InputError("encoder returned a " + out.tagKind() +
+                     "; return a Tensor, a list/tuple of Tensors or Dict[str, Tensor]");
+  }
+  if (result.levels.empty()) throw InputError("encoder returned no outputs");
+  return result;
+}
+
+}  // namespace embcache

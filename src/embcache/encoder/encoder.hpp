@@ -1,0 +1,47 @@
+// A TorchScript encoder: loading, device placement, and normalising its output to named levels.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace embcache {
+
+enum class Amp { kNone, kFp16, kBf16 };
+Amp parse_amp(const std::string& text);
+
+// auto = CUDA when this build and machine have it. UsageError for CUDA without CUDA.
+c10::Device resolve_device(const std::string& text);
+
+struct EncoderOutput {
+  std::vector<std::string> names;  // dict keys, or "0", "1", ... in output order
+  std::vector<at::Tensor> levels;  // [B, C, H, W] or [B, C], on the encoder's device
+};
+
+class Encoder {
+ public:
+  // InputError when the file is missing or not TorchScript.
+  Encoder(const std::string& path, c10::Device device, Amp amp);
+  ~Encoder();
+  Encoder(const Encoder&) = delete;
+  Encoder& operator=(const Encoder&) = delete;
+
+  // Runs forward on a float32 [B, C, h, w] batch (any device; it is moved). Call from the thread
+  // that owns the encoder: inference mode and autocast are thread-local and entered here. Throws
+  // InputError for outputs of the wrong type, rank or batch size.
+  EncoderOutput forward(const at::Tensor& batch);
+  c10::Device device() const { return device_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+  std::string path_;
+  c10::Device device_;
+  Amp amp_;
+};
+
+}  // namespace embcache

@@ -1,0 +1,24 @@
+// Pixel normalisation before the encoder: value = (raw * scale - mean[c]) / std[c].
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace embcache {
+
+struct Preprocess {
+  double scale = 1.0;
+  std::vector<double> mean{0.0};  // one value for all channels, or one per (selected) channel
+  std::vector<double> std{1.0};
+
+  // Throws UsageError when lengths do not fit `channels` or a std is zero.
+  void validate(std::int64_t channels) const;
+  // [C, h, w] any dtype -> float32 [C, h, w]; computed in float32 in this exact order so that
+  // the same expression in Python gives bit-identical inputs.
+  at::Tensor apply(const at::Tensor& raw) const;
+};
+
+}  // namespace embcache

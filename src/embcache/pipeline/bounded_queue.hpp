@@ -1,0 +1,99 @@
+// A fixed-capacity blocking queue joining two pipeline stages; closing it wakes every waiter.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <functional>
+#include <mutex>
+#include <optional>
+
+namespace embcache {
+
+template <typename T>
+class BoundedQueue {
+ public:
+  explicit BoundedQueue(std::size_t capacity) : capacity_(capacity) {}
+
+  // Called after every push, pop and close, outside the queue's lock; lets a thread that waits on
+  // several queues (the I/O stage) sleep on one condition variable of its own.
+  void set_listener(std::function<void()> listener) { listener_ = std::move(listener); }
+
+  // Blocks while full; false when the queue was closed (the item is dropped).
+  bool push(T item) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      not_full_.wait(lock, [&] { return closed_ || items_.size() < capacity_; });
+      if (closed_) return false;
+      items_.push_back(std::move(item));
+    }
+    not_empty_.notify_one();
+    notify_listener();
+    return true;
+  }
+
+  // Blocks while empty; nullopt once closed and drained.
+  std::optional<T> pop() {
+    std::optional<T> item;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      not_empty_.wait(lock, [&] { return closed_ || !items_.empty(); });
+      if (items_.empty()) return std::nullopt;
+      item = std::move(items_.front());
+      items_.pop_front();
+    }
+    not_full_.notify_one();
+    notify_listener();
+    return item;
+  }
+
+  std::optional<T> try_pop() {
+    std::optional<T> item;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (items_.empty()) return std::nullopt;
+      item = std::move(items_.front());
+      items_.pop_front();
+    }
+    not_full_.notify_one();
+    notify_listener();
+    return item;
+  }
+
+  // Producers call close() when done: consumers drain what is left, then pop() returns nullopt.
+  // On failure close() also unblocks producers, whose push() then returns false.
+  void close() {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      closed_ = true;
+    }
+    not_empty_.notify_all();
+    not_full_.notify_all();
+    notify_listener();
+  }
+
+  bool has_space() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !closed_ && items_.size() < capacity_;
+  }
+  bool has_items() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return !items_.empty();
+  }
+  bool drained() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return closed_ && items_.empty();
+  }
+
+ private:
+  void notify_listener() {
+    if (listener_) listener_();
+  }
+  const std::size_t capacity_;
+  mutable std::mutex mutex_;
+  std::condition_variable not_empty_, not_full_;
+  std::deque<T> items_;
+  bool closed_ = false;
+  std::function<void()> listener_;
+};
+
+}  // namespace embcache

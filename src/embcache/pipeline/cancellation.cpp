@@ -1,0 +1,43 @@
+#include "embcache/pipeline/cancellation.hpp"
+
+#include <malloc.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <csignal>
+
+namespace embcache {
+namespace {
+
+std::atomic<bool> g_stop{false};
+
+void on_stop_signal(int signal) {
+  if (g_stop.exchange(true)) {
+    std::signal(signal, SIG_DFL);
+    std::raise(signal);
+    return;
+  }
+  const char message[] = "\nembcache: stopping after committing finished work (press again to abort)\n";
+  if (::write(STDERR_FILENO, message, sizeof message - 1) < 0) {
+    // Nothing to do in a signal handler.
+  }
+}
+
+}  // namespace
+
+void install_stop_handlers() {
+  std::signal(SIGINT, on_stop_signal);
+  std::signal(SIGTERM, on_stop_signal);
+}
+
+void request_stop() { g_stop = true; }
+bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
+void clear_stop_request() { g_stop = false; }
+
+void tune_process() {
+  mallopt(M_MMAP_MAX, 0);
+  mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  std::signal(SIGXFSZ, SIG_IGN);
+}
+
+}  // namespace embcache

@@ -1,0 +1,626 @@
+#include "embcache/pipeline/precompute.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <filesystem>
+#include <mutex>
+#include <thread>
+
+#include "embcache/core/crop_key.hpp"
+#include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
+#include "embcache/core/pixel_hash.hpp"
+#include "embcache/core/progress.hpp"
+#include "embcache/core/sha256.hpp"
+#include "embcache/dataset/array_dataset.hpp"
+#include "embcache/dataset/crop_grid.hpp"
+#include "embcache/dataset/cropper.hpp"
+#include "embcache/encoder/encoder.hpp"
+#include "embcache/encoder/preprocess.hpp"
+#include "embcache/pipeline/bounded_queue.hpp"
+#include "embcache/pipeline/cancellation.hpp"
+#include "embcache/store/cache_store.hpp"
+
+namespace embcache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// Options turned into typed values; every UsageError is raised here, before any work.
+struct Resolved {
+  CropGridSpec grid;
+  CropperOptions cropper;
+  Preprocess preprocess;
+  std::int64_t batch_size = 0;  // 0 = auto
+  c10::Device device{c10::kCPU};
+  Amp amp = Amp::kNone;
+  int threads = 1;
+  StorageOptions storage;
+  std::vector<std::string> level_request;  // empty = all
+  CommitPolicy policy;
+};
+
+Resolved resolve(const PrecomputeOptions& o) {
+  Resolved r;
+  if (o.encoder.empty()) throw UsageError("--encoder is required");
+  if (o.dataset.empty()) throw UsageError("--dataset is required");
+  if (o.out.empty()) throw UsageError("--out is required");
+  if (!o.crop_size.empty()) {
+    const auto [w, h] = parse_size(o.crop_size, "--crop-size");
+    r.grid.width = w;
+    r.grid.height = h;
+  }
+  r.grid.overlap = o.overlap;
+  r.grid.validate();
+  r.cropper.pad_value = o.pad_value;
+  if (!o.bands.empty()) r.cropper.bands = parse_int_list(o.bands, "--bands");
+  r.preprocess.scale = o.scale;
+  r.preprocess.mean = parse_double_list(o.mean, "--mean");
+  r.preprocess.std = parse_double_list(o.std, "--std");
+  if (o.batch_size != "auto") {
+    r.batch_size = parse_int(o.batch_size, "--batch-size");
+    if (r.batch_size <= 0) throw UsageError("--batch-size must be positive or auto");
+  }
+  r.amp = parse_amp(o.amp);
+  r.device = resolve_device(o.device);
+  if (o.threads < 0) throw UsageError("--threads must be >= 0 (0 = one per core)");
+  r.threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  r.storage.dtype = parse_storage_dtype(o.dtype);
+  r.storage.compression = Compression::parse(o.compression);
+  if (!o.levels.empty()) r.level_request = split_list(o.levels, "--levels");
+  if (o.commit_seconds <= 0) throw UsageError("--commit-seconds must be positive");
+  if (o.segment_mb <= 0) throw UsageError("--segment-mb must be positive");
+  r.policy.segment_seconds = o.commit_seconds;
+  r.policy.segment_bytes = o.segment_mb << 20;
+  r.policy.fsync = o.fsync;
+  return r;
+}
+
+struct RawWindow {
+  std::size_t index = 0;
+  WindowData data;
+};
+
+struct CropItem {
+  CropKey key;
+  std::string split;
+  std::uint64_t hash = 0;
+  at::Tensor input;  // float32 [C, h, w], normalised
+  std::int64_t label_class = 0;
+  at::Tensor label_value;
+  at::Tensor mask;
+};
+
+struct EncodedBatch {
+  std::vector<CropItem> items;
+  std::vector<at::Tensor> levels;  // selected levels, on the encoder's device
+};
+
+std::uint64_t combine(std::uint64_t h, std::uint64_t v) {
+  return h ^ (v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2));
+}
+
+// The content hash stored per row: the crop's input pixels and its labels, so that changed pixels
+// or corrected labels both cause a recompute.
+std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, const LabelKinds& kinds) {
+  std::uint64_t h = pixel_hash(crop.pixels.data_ptr(), crop.pixels.nbytes());
+  if (crop.mask.defined()) h = combine(h, pixel_hash(crop.mask.data_ptr(), crop.mask.nbytes()));
+  if (kinds.has_class) h = combine(h, pixel_hash(&window.label_class, sizeof window.label_class));
+  if (kinds.has_value) {
+    h = combine(h, pixel_hash(window.label_value.data_ptr(), window.label_value.nbytes()));
+  }
+  return h;
+}
+
+// The shared state of one run: the first error wins and closes every queue.
+class RunContext {
+ public:
+  void on_failure(std::function<void()> closer) { closers_.push_back(std::move(closer)); }
+  void fail(std::exception_ptr error) {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      if (!error_) error_ = error;
+    }
+    failed_ = true;
+    for (auto& close : closers_) close();
+  }
+  bool failed() const { return failed_.load(); }
+  std::exception_ptr error() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return error_;
+  }
+  void set_levels(std::vector<LevelSpec> levels) {
+    std::lock_guard<std::mutex> lock(mutex_);
+    levels_ = std::move(levels);
+  }
+  std::vector<LevelSpec> levels() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return levels_;
+  }
+
+ private:
+  std::mutex mutex_;
+  std::exception_ptr error_;
+  std::atomic<bool> failed_{false};
+  std::vector<std::function<void()>> closers_;
+  std::vector<LevelSpec> levels_;
+};
+
+template <typename Body>
+std::thread stage(RunContext& ctx, Body body) {
+  return std::thread([&ctx, body]() mutable {
+    try {
+      body();
+    } catch (...) {
+      ctx.fail(std::current_exception());
+    }
+  });
+}
+
+std::vector<std::size_t> select_levels(const EncoderOutput& out,
+                                       const std::vector<std::string>& request) {
+  std::vector<std::size_t> selected;
+  if (request.empty()) {
+    for (std::size_t i = 0; i < out.names.size(); ++i) selected.push_back(i);
+    return selected;
+  }
+  std::string available;
+  for (const auto& n : out.names) available += (available.empty() ? "" : ",") + n;
+  for (const auto& want : request) {
+    auto it = std::find(out.names.begin(), out.names.end(), want);
+    std::size_t index = std::size_t(it - out.names.begin());
+    if (it == out.names.end()) {
+      char* end = nullptr;
+      const long v = std::strtol(want.c_str(), &end, 10);
+      if (*end != '\0' || v < 0 || std::size_t(v) >= out.names.size()) {
+        throw UsageError("--levels: the encoder has no level \"" + want + "\"; it returns " +
+                         std::to_string(out.names.size()) + " levels: " + available);
+      }
+      index = std::size_t(v);
+    }
+    if (std::find(selected.begin(), selected.end(), index) != selected.end()) {
+      throw UsageError("--levels: level \"" + want + "\" is listed twice");
+    }
+    selected.push_back(index);
+  }
+  return selected;
+}
+
+at::Tensor stack_inputs(const std::vector<CropItem>& items, std::size_t begin, std::size_t end) {
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(end - begin);
+  for (std::size_t i = begin; i < end; ++i) inputs.push_back(items[i].input);
+  return at::stack(inputs);
+}
+
+void sync_device(const c10::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+}  // namespace
+
+nlohmann::json PrecomputeSummary::to_json() const {
+  nlohmann::json j;
+  j["windows"] = windows;
+  j["crops_total"] = crops_total;
+  j["crops_computed"] = crops_computed;
+  j["crops_skipped"] = crops_skipped;
+  j["crops_stale"] = crops_stale;
+  j["seconds"] = seconds;
+  j["encoder_seconds"] = encoder_seconds;
+  j["encoder_calls"] = encoder_calls;
+  j["crops_per_second"] = seconds > 0 ? double(crops_computed) / seconds : 0.0;
+  j["bytes_written"] = bytes_written;
+  j["mb_per_second"] = seconds > 0 ? double(bytes_written) / 1e6 / seconds : 0.0;
+  j["cache_bytes"] = cache_bytes;
+  j["batch_size"] = batch_size;
+  j["batch_size_trials"] = batch_size_trials;
+  j["device"] = device;
+  j["threads"] = threads;
+  j["stage_seconds"] = {{"read", read_seconds},       {"prep", prep_seconds},
+                        {"encode", encoder_seconds},  {"convert", convert_seconds},
+                        {"write", write_seconds},     {"consolidate", consolidate_seconds}};
+  j["superseded_rows"] = superseded_rows;
+  if (encoder_only_seconds >= 0) j["encoder_only_seconds"] = encoder_only_seconds;
+  j["interrupted"] = interrupted;
+  return j;
+}
+
+std::string PrecomputeSummary::one_line() const {
+  char line[512];
+  std::snprintf(line, sizeof line,
+                "precompute%s: %lld crops (%lld computed, %lld cached, %lld stale) from %lld windows "
+                "in %.2fs, %.1f crops/s, %s written, %s on %s",
+                interrupted ? " INTERRUPTED" : "", (long long)crops_total, (long long)crops_computed,
+                (long long)crops_skipped, (long long)crops_stale, (long long)windows, seconds,
+                seconds > 0 ? double(crops_computed) / seconds : 0.0,
+                format_bytes(double(bytes_written)).c_str(),
+                batch_size > 0 ? ("batch " + std::to_string(batch_size)).c_str() : "nothing to encode",
+                device.c_str());
+  return line;
+}
+
+PrecomputeSummary run_precompute(const PrecomputeOptions& options, const PrecomputeHooks& hooks) {
+  const auto started = Clock::now();
+  const Resolved opt = resolve(options);
+  std::unique_ptr<WindowSource> source = open_array_dataset(options.dataset);
+  const std::int64_t channels = source->channels();
+  for (std::int64_t band : opt.cropper.bands) {
+    if (band < 0 || band >= channels) {
+      throw UsageError("--bands: band " + std::to_string(band) + " is out of range; " +
+                       options.dataset + " has " + std::to_string(channels) + " channels (0-" +
+                       std::to_string(channels - 1) + ")");
+    }
+  }
+  const std::int64_t input_channels =
+      opt.cropper.bands.empty() ? channels : std::int64_t(opt.cropper.bands.size());
+  opt.preprocess.validate(input_channels);
+  const LabelKinds labels = source->label_kinds();
+  CropperOptions cropper = opt.cropper;
+  cropper.mask_pad_value = labels.ignore_index;
+
+  Encoder encoder(options.encoder, opt.device, opt.amp);
+  Signature signature;
+  signature["format"] = kCacheFormatVersion;
+  signature["encoder_sha256"] = sha256_file_hex(options.encoder);
+  signature["encoder_path"] = std::filesystem::absolute(options.encoder).string();
+  signature["dataset_path"] = std::filesystem::absolute(options.dataset).string();
+  signature["preprocessing"] = {{"scale", opt.preprocess.scale},
+                                {"mean", opt.preprocess.mean},
+                                {"std", opt.preprocess.std}};
+  signature["bands"] = opt.cropper.bands;
+  signature["crop_size"] = opt.grid.width ? nlohmann::json({*opt.grid.width, *opt.grid.height})
+                                          : nlohmann::json(nullptr);
+  signature["overlap"] = opt.grid.overlap;
+  signature["pad_value"] = opt.cropper.pad_value;
+  signature["levels_requested"] = opt.level_request.empty() ? nlohmann::json("all")
+                                                            : nlohmann::json(opt.level_request);
+  signature["dtype"] = to_string(opt.storage.dtype);
+  signature["labels"] = label_kinds_to_json(labels);
+  signature["embcache_version"] = EMBCACHE_VERSION;
+
+  CacheStore store(options.out, signature, labels, opt.storage, opt.policy, options.overwrite);
+  if (!options.quiet && store.cache_exists() &&
+      store.storage().compression.to_string() != opt.storage.compression.to_string() &&
+      options.compression != "none") {
+    std::fprintf(stderr, "embcache: note: %s keeps its compression %s (--overwrite to change it)\n",
+                 options.out.c_str(), store.storage().compression.to_string().c_str());
+  }
+
+  const auto& windows = source->windows();
+  PrecomputeSummary summary;
+  summary.windows = std::int64_t(windows.size());
+  for (const auto& w : windows) summary.crops_total += std::int64_t(crop_grid(w.bounds, opt.grid).size());
+  summary.device = opt.device.str();
+  summary.threads = opt.threads;
+
+  const std::int64_t max_batch = opt.batch_size > 0 ? opt.batch_size : (opt.device.is_cuda() ? 256 : 64);
+  BoundedQueue<RawWindow> raw_queue(2);
+  BoundedQueue<CropItem> crop_queue(std::size_t(2 * max_batch));
+  BoundedQueue<EncodedBatch> encoded_queue(2);
+  BoundedQueue<RowBatch> row_queue(2);
+  RunContext ctx;
+  ctx.on_failure([&] {
+    raw_queue.close();
+    crop_queue.close();
+    encoded_queue.close();
+    row_queue.close();
+  });
+  std::mutex io_mutex;
+  std::condition_variable io_wake;
+  auto wake_io = [&] {
+    { std::lock_guard<std::mutex> lock(io_mutex); }
+    io_wake.notify_all();
+  };
+  raw_queue.set_listener(wake_io);
+  row_queue.set_listener(wake_io);
+
+  std::atomic<std::int64_t> skipped{0}, stale{0}, written{0}, computed_bytes{0};
+  std::atomic<bool> io_failed{false};
+  double read_seconds = 0, write_seconds = 0, prep_seconds = 0, encode_seconds = 0, convert_seconds = 0;
+  std::int64_t encoder_calls = 0, chosen_batch = opt.batch_size;
+  nlohmann::json trials = nlohmann::json::array();
+  std::vector<std::int64_t> input_shape;
+  Progress progress("precompute", summary.crops_total,
+                    options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
+
+  // Stage 1 (the only HDF5 thread): read windows, write finished rows.
+  std::thread io_thread = stage(ctx, [&] {
+    h5::silence_errors_on_this_thread();
+    std::size_t next = 0;
+    bool reading_done = false;
+    bool levels_set = false;
+    while (!ctx.failed()) {
+      if (auto rows = row_queue.try_pop()) {
+        const auto t0 = Clock::now();
+        try {
+          if (!levels_set) {
+            store.set_levels(ctx.levels());
+            levels_set = true;
+          }
+          store.append(*rows);
+        } catch (...) {
+          io_failed = true;
+          throw;
+        }
+        write_seconds += seconds_since(t0);
+        written += std::int64_t(rows->size());
+        progress.update(written + skipped);
+        continue;
+      }
+      if (row_queue.drained()) break;
+      if (!reading_done) {
+        if (stop_requested() || next >= windows.size()) {
+          raw_queue.close();
+          reading_done = true;
+          continue;
+        }
+        if (raw_queue.has_space()) {
+          const auto t0 = Clock::now();
+          RawWindow raw{next, source->read(next)};
+          read_seconds += seconds_since(t0);
+          ++next;
+          raw_queue.push(std::move(raw));
+          continue;
+        }
+      }
+      progress.update(written + skipped);
+      std::unique_lock<std::mutex> lock(io_mutex);
+      io_wake.wait_for(lock, std::chrono::milliseconds(100), [&] {
+        return ctx.failed() || row_queue.has_items() || row_queue.drained() ||
+               (!reading_done && (raw_queue.has_space() || stop_requested()));
+      });
+    }
+  });
+
+  // Stage 2: crop, hash, skip what is cached, normalise.
+  std::thread prep_thread = stage(ctx, [&] {
+    at::set_num_threads(1);
+    const auto& committed = store.committed();
+    while (auto raw = raw_queue.pop()) {
+      auto t0 = Clock::now();
+      const WindowInfo& info = windows[raw->index];
+      for (const Bounds& bounds : crop_grid(info.bounds, opt.grid)) {
+        CropPixels crop = cut_crop(raw->data.pixels, raw->data.mask, info.bounds, bounds, cropper);
+        CropItem item;
+        item.key = CropKey{info.group, info.name, bounds};
+        item.hash = content_hash(crop, raw->data, labels);
+        const auto found = committed.find(item.key.map_key());
+        if (found != committed.end()) {
+          if (found->second == item.hash) {
+            ++skipped;
+            continue;
+          }
+          ++stale;
+        }
+        item.split = info.split;
+        item.input = opt.preprocess.apply(crop.pixels);
+        item.label_class = raw->data.label_class;
+        item.label_value = raw->data.label_value;
+        item.mask = crop.mask;
+        prep_seconds += seconds_since(t0);
+        if (!crop_queue.push(std::move(item))) return;
+        t0 = Clock::now();  // time blocked in push is not busy time
+      }
+      prep_seconds += seconds_since(t0);
+    }
+    crop_queue.close();
+  });
+
+  // Stage 3: batch and encode.
+  std::thread encode_thread = stage(ctx, [&] {
+    at::set_num_threads(opt.threads);
+    std::vector<std::size_t> selected;
+    std::vector<LevelSpec> specs;
+    auto run = [&](const at::Tensor& batch) {
+      const auto t0 = Clock::now();
+      EncoderOutput out = encoder.forward(batch);
+      sync_device(opt.device);
+      encode_seconds += seconds_since(t0);
+      ++encoder_calls;
+      if (hooks.on_encoder_call) hooks.on_encoder_call(batch.size(0));
+      return out;
+    };
+    auto emit = [&](std::vector<CropItem> items) {
+      EncoderOutput out = run(stack_inputs(items, 0, items.size()));
+      if (specs.empty()) {
+        selected = select_levels(out, opt.level_request);
+        const std::int64_t h = items.front().input.size(1);
+        for (std::size_t i : selected) {
+          const at::Tensor& t = out.levels[i];
+          LevelSpec spec;
+          spec.name = out.names[i];
+          spec.index = std::int64_t(i);
+          spec.row_shape.assign(t.sizes().begin() + 1, t.sizes().end());
+          spec.stride = t.dim() == 4 && t.size(2) > 0 ? h / t.size(2) : 0;
+          specs.push_back(spec);
+        }
+        ctx.set_levels(specs);
+      }
+      EncodedBatch encoded;
+      for (std::size_t k = 0; k < selected.size(); ++k) {
+        const at::Tensor& t = out.levels[selected[k]];
+        if (std::vector<std::int64_t>(t.sizes().begin() + 1, t.sizes().end()) != specs[k].row_shape) {
+          throw InputError("encoder level " + specs[k].name + " changed shape between batches: " +
+                           specs[k].shape_text() + " then " + std::string(c10::str(t.sizes().slice(1))) +
+                           "; every crop must give the same feature shape");
+        }
+        encoded.levels.push_back(t);
+      }
+      for (auto& item : items) item.input = at::Tensor();  // free inputs early
+      encoded.items = std::move(items);
+      return encoded_queue.push(std::move(encoded));
+    };
+    std::vector<CropItem> pending;
+    if (opt.batch_size == 0) {
+      // --batch-size auto: time candidate sizes on the first crops, keep the fastest per sample.
+      const std::vector<std::int64_t> candidates = opt.device.is_cuda()
+                                                       ? std::vector<std::int64_t>{16, 32, 64, 128, 256}
+                                                       : std::vector<std::int64_t>{4, 8, 16, 32, 64};
+      while (std::int64_t(pending.size()) < candidates.back()) {
+        auto item = crop_queue.pop();
+        if (!item) break;
+        pending.push_back(std::move(*item));
+      }
+      std::vector<std::int64_t> usable;
+      for (auto c : candidates) {
+        if (c <= std::int64_t(pending.size())) usable.push_back(c);
+      }
+      if (usable.size() >= 2) {
+        double best_rate = 0;
+        for (auto c : usable) {
+          // Best of two: the first call at a new shape pays allocation and kernel selection.
+          const at::Tensor inputs = stack_inputs(pending, 0, std::size_t(c));
+          double fastest = 1e30;
+          for (int repeat = 0; repeat < 2; ++repeat) {
+            const auto t0 = Clock::now();
+            run(inputs);
+            fastest = std::min(fastest, seconds_since(t0));
+          }
+          const double rate = double(c) / std::max(fastest, 1e-9);
+          trials.push_back({{"batch_size", c}, {"crops_per_second", rate}});
+          if (rate > best_rate) {
+            best_rate = rate;
+            chosen_batch = c;
+          }
+        }
+      } else {
+        chosen_batch = std::int64_t(pending.size());
+      }
+    }
+    const std::size_t batch = std::size_t(std::max<std::int64_t>(chosen_batch, 1));
+    while (true) {
+      while (pending.size() >= batch) {
+        std::vector<CropItem> items(std::make_move_iterator(pending.begin()),
+                                    std::make_move_iterator(pending.begin() + std::ptrdiff_t(batch)));
+        pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(batch));
+        if (!emit(std::move(items))) return;
+      }
+      auto item = crop_queue.pop();
+      if (!item) break;
+      if (input_shape.empty()) input_shape.assign(item->input.sizes().begin(), item->input.sizes().end());
+      pending.push_back(std::move(*item));
+    }
+    if (!pending.empty() && !ctx.failed()) {
+      if (input_shape.empty()) input_shape.assign(pending.front().input.sizes().begin(), pending.front().input.sizes().end());
+      emit(std::move(pending));
+    }
+    encoded_queue.close();
+  });
+
+  // Stage 4: check, convert to the storage dtype (by torch, never HDF5), gather labels.
+  std::thread convert_thread = stage(ctx, [&] {
+    at::set_num_threads(1);
+    const at::ScalarType target = torch_type(opt.storage.dtype);
+    std::vector<LevelSpec> specs;
+    while (auto encoded = encoded_queue.pop()) {
+      const auto t0 = Clock::now();
+      if (specs.empty()) specs = ctx.levels();
+      RowBatch rows;
+      for (std::size_t k = 0; k < encoded->levels.size(); ++k) {
+        at::Tensor stored = encoded->levels[k].to(target);
+        if (!options.allow_nonfinite) {
+          const at::Tensor bad = at::isfinite(stored).logical_not().flatten(1).any(1);
+          if (bad.any().item<bool>()) {
+            const std::int64_t row = bad.nonzero()[0][0].item<std::int64_t>();
+            throw InputError("level " + specs[k].name + " of crop " +
+                             encoded->items[std::size_t(row)].key.describe() +
+                             " has NaN/Inf features (or values too large for " +
+                             to_string(opt.storage.dtype) +
+                             "); fix the encoder or input, or pass --allow-nonfinite to store them");
+          }
+        }
+        rows.levels.push_back(stored.to(at::kCPU).contiguous());
+        computed_bytes += std::int64_t(rows.levels.back().nbytes());
+      }
+      std::vector<std::int64_t> classes;
+      std::vector<at::Tensor> values, masks;
+      for (auto& item : encoded->items) {
+        rows.groups.push_back(item.key.group);
+        rows.windows.push_back(item.key.window);
+        rows.splits.push_back(item.split);
+        for (auto v : item.key.bounds.as_array()) rows.bounds.push_back(v);
+        rows.pixel_hashes.push_back(item.hash);
+        if (labels.has_class) classes.push_back(item.label_class);
+        if (labels.has_value) values.push_back(item.label_value);
+        if (labels.has_mask) masks.push_back(item.mask);
+      }
+      if (labels.has_class) rows.label_class = at::tensor(classes, at::kLong);
+      if (labels.has_value) rows.label_value = at::stack(values).contiguous();
+      if (labels.has_mask) rows.label_mask = at::stack(masks).contiguous();
+      convert_seconds += seconds_since(t0);
+      if (!row_queue.push(std::move(rows))) return;
+    }
+    row_queue.close();
+  });
+
+  io_thread.join();
+  prep_thread.join();
+  encode_thread.join();
+  convert_thread.join();
+  progress.finish();
+
+  if (auto error = ctx.error()) {
+    // Rows already in the open segment are complete unless the segment's own file failed.
+    if (io_failed) {
+      store.discard_open_segment();
+    } else {
+      try {
+        store.commit();
+      } catch (...) {
+        store.discard_open_segment();
+      }
+    }
+    std::rethrow_exception(error);
+  }
+  store.commit();
+  const ConsolidateStats consolidated = store.consolidate();
+
+  summary.crops_skipped = skipped;
+  summary.crops_stale = stale;
+  summary.crops_computed = written;
+  summary.bytes_written = computed_bytes;
+  summary.encoder_seconds = encode_seconds;
+  summary.encoder_calls = encoder_calls;
+  summary.batch_size = chosen_batch;
+  summary.batch_size_trials = trials;
+  summary.read_seconds = read_seconds;
+  summary.prep_seconds = prep_seconds;
+  summary.convert_seconds = convert_seconds;
+  summary.write_seconds = write_seconds;
+  summary.consolidate_seconds = consolidated.seconds;
+  summary.superseded_rows = consolidated.superseded_rows;
+  summary.interrupted = stop_requested();
+  if (std::filesystem::exists(options.out)) {
+    summary.cache_bytes = std::int64_t(std::filesystem::file_size(options.out));
+  }
+  summary.seconds = seconds_since(started);
+
+  if (hooks.measure_encoder_only && summary.crops_computed > 0 && !input_shape.empty()) {
+    // The same number of batches of the same shape through the encoder, with no I/O at all.
+    at::set_num_threads(opt.threads);
+    std::vector<std::int64_t> shape{chosen_batch};
+    shape.insert(shape.end(), input_shape.begin(), input_shape.end());
+    const at::Tensor batch = at::randn(shape);
+    const std::int64_t batches = (summary.crops_computed + chosen_batch - 1) / chosen_batch;
+    encoder.forward(batch);  // warm-up, as the pipeline had
+    const auto t0 = Clock::now();
+    for (std::int64_t i = 0; i < batches; ++i) encoder.forward(batch);
+    sync_device(opt.device);
+    summary.encoder_only_seconds = seconds_since(t0);
+  }
+  return summary;
+}
+
+}  // namespace embcache

@@ -1,0 +1,46 @@
+// `precompute`: windows -> crops -> encoder -> cache, as overlapped stages over bounded queues.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "embcache/pipeline/precompute_options.hpp"
+
+namespace embcache {
+
+struct PrecomputeSummary {
+  std::int64_t windows = 0;
+  std::int64_t crops_total = 0;
+  std::int64_t crops_computed = 0;
+  std::int64_t crops_skipped = 0;  // already cached with identical pixels
+  std::int64_t crops_stale = 0;    // cached, but pixels changed: recomputed (counted in computed)
+  double seconds = 0.0;
+  double encoder_seconds = 0.0;
+  std::int64_t encoder_calls = 0;
+  std::int64_t bytes_written = 0;  // feature bytes produced by this run
+  std::int64_t cache_bytes = 0;    // size of the cache file afterwards
+  std::int64_t batch_size = 0;
+  nlohmann::json batch_size_trials = nlohmann::json::array();
+  std::string device;
+  int threads = 0;
+  double read_seconds = 0, prep_seconds = 0, convert_seconds = 0, write_seconds = 0;
+  double consolidate_seconds = 0;
+  std::int64_t superseded_rows = 0;
+  double encoder_only_seconds = -1.0;  // set by measure_encoder_only
+  bool interrupted = false;
+  nlohmann::json to_json() const;
+  std::string one_line() const;
+};
+
+struct PrecomputeHooks {
+  std::function<void(std::int64_t batch)> on_encoder_call;  // tests count encoder calls
+  bool measure_encoder_only = false;  // benchmarks: re-time the same batches without I/O
+};
+
+// Runs a whole precompute. Throws UsageError/InputError/IoError. After a stop request (Ctrl-C) it
+// commits and consolidates what is done and returns with `interrupted` set.
+PrecomputeSummary run_precompute(const PrecomputeOptions& options, const PrecomputeHooks& hooks = {});
+
+}  // namespace embcache

@@ -1,0 +1,38 @@
+// Everything `embcache precompute` can be told; the CLI and JSON configs fill the same struct.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace embcache {
+
+struct PrecomputeOptions {
+  std::string encoder;
+  std::string dataset;
+  std::string out;
+  std::string crop_size;  // "" (whole window), "S" or "WxH"
+  std::int64_t overlap = 0;
+  double pad_value = 0.0;
+  std::string levels;  // "" = every level the encoder returns; else comma list of names/indices
+  std::string bands;   // "" = all channels
+  double scale = 1.0;
+  std::string mean = "0";
+  std::string std = "1";
+  std::string batch_size = "auto";
+  std::string device = "auto";
+  int threads = 0;  // 0 = one per core
+  std::string amp = "none";
+  std::string dtype = "float32";
+  std::string compression = "none";
+  bool overwrite = false;
+  bool allow_nonfinite = false;
+  bool quiet = false;
+  std::string summary_json;
+  double commit_seconds = 30.0;
+  std::int64_t segment_mb = 256;
+  bool fsync = true;
+};
+
+}  // namespace embcache

@@ -1,0 +1,131 @@
+#include "embcache/store/cache_file_reader.hpp"
+
+#include <ATen/ATen.h>
+
+#include "embcache/core/error.hpp"
+
+namespace embcache {
+
+CacheFileReader::CacheFileReader(std::string path) : path_(std::move(path)) {
+  if (!h5::is_hdf5(path_)) {
+    throw InputError(path_ + ": not an HDF5 file, so not an embcache cache; pass a file written "
+                             "by 'embcache precompute' (or use --overwrite to replace it)");
+  }
+  file_ = h5::open_file(path_, false);
+  const auto format = h5::read_attr_int(file_.get(), "embcache_format");
+  if (!format) {
+    throw InputError(path_ + ": HDF5 file without the embcache_format attribute, so not an "
+                             "embcache cache; choose another --out (or --overwrite to replace it)");
+  }
+  if (*format > kCacheFormatVersion) {
+    throw InputError(path_ + ": cache format " + std::to_string(*format) +
+                     " was written by a newer embcache; this one reads format " +
+                     std::to_string(kCacheFormatVersion));
+  }
+  const auto signature_text = h5::read_attr_string(file_.get(), "signature");
+  try {
+    signature_ = Signature::parse(signature_text.value_or(""));
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(path_ + ": the cache's signature attribute is missing or not JSON");
+  }
+  version_ = h5::read_attr_string(file_.get(), "embcache_version").value_or("?");
+  storage_.dtype = parse_storage_dtype(signature_.value("dtype", std::string("float32")));
+  storage_.compression =
+      Compression::parse(h5::read_attr_string(file_.get(), "compression").value_or("none"));
+  labels_ = label_kinds_from_json(signature_.value("labels", nlohmann::json::object()));
+
+  const auto window_dims = h5::dataset_dims(h5::open_dataset(file_.get(), cache_paths::kWindow).get(),
+                                            path_ + ":/index/window");
+  rows_ = std::int64_t(window_dims.at(0));
+
+  for (const auto& name : signature_.value("levels", std::vector<std::string>{})) {
+    const std::string ds_path = std::string(cache_paths::kLevels) + "/" + name;
+    if (!h5::exists(file_.get(), ds_path)) {
+      throw InputError(path_ + ": level " + name + " is in the signature but /" + ds_path +
+                       " is missing; the cache is damaged, rebuild it with --overwrite");
+    }
+    h5::Handle ds = h5::open_dataset(file_.get(), ds_path);
+    LevelSpec spec;
+    spec.name = name;
+    spec.index = h5::read_attr_int(ds.get(), "level_index").value_or(0);
+    spec.stride = h5::read_attr_int(ds.get(), "stride").value_or(0);
+    const auto dims = h5::dataset_dims(ds.get(), path_ + ":/" + ds_path);
+    if (std::int64_t(dims.at(0)) != rows_) {
+      throw InputError(path_ + ": /" + ds_path + " has " + std::to_string(dims[0]) +
+                       " rows but the index has " + std::to_string(rows_) +
+                       "; the cache is damaged, rebuild it with --overwrite");
+    }
+    for (std::size_t i = 1; i < dims.size(); ++i) spec.row_shape.push_back(std::int64_t(dims[i]));
+    levels_.push_back(std::move(spec));
+  }
+}
+
+CacheIndex CacheFileReader::read_index() const {
+  CacheIndex index;
+  const hsize_t n = hsize_t(rows_);
+  index.groups = h5::read_strings(h5::open_dataset(file_.get(), cache_paths::kGroup).get(), 0, n, path_);
+  index.windows = h5::read_strings(h5::open_dataset(file_.get(), cache_paths::kWindow).get(), 0, n, path_);
+  index.splits = h5::read_strings(h5::open_dataset(file_.get(), cache_paths::kSplit).get(), 0, n, path_);
+  index.bounds.resize(4 * n);
+  index.pixel_hashes.resize(n);
+  h5::read_rows(h5::open_dataset(file_.get(), cache_paths::kBounds).get(), H5T_NATIVE_INT64, 0, n,
+                index.bounds.data(), path_);
+  h5::read_rows(h5::open_dataset(file_.get(), cache_paths::kPixelHash).get(), H5T_NATIVE_UINT64, 0,
+                n, index.pixel_hashes.data(), path_);
+  return index;
+}
+
+std::int64_t CacheFileReader::row_feature_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& level : levels_) {
+    std::int64_t elems = 1;
+    for (auto d : level.row_shape) elems *= d;
+    total += elems * std::int64_t(element_size(storage_.dtype));
+  }
+  return total;
+}
+
+RowBatch CacheFileReader::read_rows(std::int64_t start, std::int64_t count) const {
+  RowBatch batch;
+  const hsize_t s = hsize_t(start), n = hsize_t(count);
+  const hid_t f = file_.get();
+  batch.groups = h5::read_strings(h5::open_dataset(f, cache_paths::kGroup).get(), s, n, path_);
+  batch.windows = h5::read_strings(h5::open_dataset(f, cache_paths::kWindow).get(), s, n, path_);
+  batch.splits = h5::read_strings(h5::open_dataset(f, cache_paths::kSplit).get(), s, n, path_);
+  batch.bounds.resize(4 * n);
+  batch.pixel_hashes.resize(n);
+  h5::read_rows(h5::open_dataset(f, cache_paths::kBounds).get(), H5T_NATIVE_INT64, s, n,
+                batch.bounds.data(), path_);
+  h5::read_rows(h5::open_dataset(f, cache_paths::kPixelHash).get(), H5T_NATIVE_UINT64, s, n,
+                batch.pixel_hashes.data(), path_);
+  h5::Handle type = hdf5_type(storage_.dtype);
+  for (const auto& level : levels_) {
+    std::vector<std::int64_t> shape{count};
+    shape.insert(shape.end(), level.row_shape.begin(), level.row_shape.end());
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(torch_type(storage_.dtype)));
+    const std::string ds_path = std::string(cache_paths::kLevels) + "/" + level.name;
+    h5::read_rows(h5::open_dataset(f, ds_path).get(), type.get(), s, n, t.data_ptr(),
+                  path_ + ":/" + ds_path);
+    batch.levels.push_back(t);
+  }
+  if (labels_.has_class) {
+    batch.label_class = at::empty({count}, at::kLong);
+    h5::read_rows(h5::open_dataset(f, cache_paths::kLabelClass).get(), H5T_NATIVE_INT64, s, n,
+                  batch.label_class.data_ptr(), path_);
+  }
+  if (labels_.has_value) {
+    batch.label_value = labels_.value_width > 0 ? at::empty({count, labels_.value_width}, at::kFloat)
+                                                : at::empty({count}, at::kFloat);
+    h5::read_rows(h5::open_dataset(f, cache_paths::kLabelValue).get(), H5T_NATIVE_FLOAT, s, n,
+                  batch.label_value.data_ptr(), path_);
+  }
+  if (labels_.has_mask && count > 0) {
+    h5::Handle ds = h5::open_dataset(f, cache_paths::kLabelMask);
+    const auto dims = h5::dataset_dims(ds.get(), path_);
+    batch.label_mask = at::empty({count, std::int64_t(dims[1]), std::int64_t(dims[2])}, at::kInt);
+    h5::read_rows(ds.get(), H5T_NATIVE_INT32, s, n, batch.label_mask.data_ptr(), path_);
+  }
+  return batch;
+}
+
+}  // namespace embcache

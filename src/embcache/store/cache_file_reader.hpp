@@ -1,0 +1,50 @@
+// Reads one cache file (format v1): signature, level specs, index columns and row blocks.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "embcache/store/cache_schema.hpp"
+#include "embcache/store/h5.hpp"
+#include "embcache/store/row_batch.hpp"
+
+namespace embcache {
+
+struct CacheIndex {
+  std::vector<std::string> groups, windows, splits;
+  std::vector<std::int64_t> bounds;  // 4 per row
+  std::vector<std::uint64_t> pixel_hashes;
+};
+
+class CacheFileReader {
+ public:
+  // Throws InputError when `path` is not an HDF5 file or not an embcache cache, or was written
+  // by a newer format.
+  explicit CacheFileReader(std::string path);
+
+  const std::string& path() const { return path_; }
+  const Signature& signature() const { return signature_; }
+  const std::vector<LevelSpec>& levels() const { return levels_; }
+  const LabelKinds& label_kinds() const { return labels_; }
+  StorageOptions storage() const { return storage_; }
+  std::int64_t rows() const { return rows_; }
+  std::string embcache_version() const { return version_; }
+  hid_t file() const { return file_.get(); }
+
+  CacheIndex read_index() const;
+  RowBatch read_rows(std::int64_t start, std::int64_t count) const;
+  std::int64_t row_feature_bytes() const;
+
+ private:
+  std::string path_;
+  h5::Handle file_;
+  Signature signature_;
+  std::vector<LevelSpec> levels_;
+  LabelKinds labels_;
+  StorageOptions storage_;
+  std::string version_;
+  std::int64_t rows_ = 0;
+};
+
+}  // namespace embcache

@@ -1,0 +1,173 @@
+#include "embcache/store/cache_file_writer.hpp"
+
+#include "embcache/core/error.hpp"
+
+namespace embcache {
+namespace {
+
+constexpr hsize_t kColumnChunkRows = 4096;
+
+void check_rows(const at::Tensor& t, std::size_t rows, const std::string& what) {
+  if (!t.defined() || t.dim() == 0 || std::size_t(t.size(0)) != rows || !t.is_contiguous()) {
+    throw Error(ExitCode::kInternal, "row batch column " + what + " does not match the batch");
+  }
+}
+
+}  // namespace
+
+CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
+                                 std::vector<LevelSpec> levels, const LabelKinds& labels,
+                                 const StorageOptions& storage, std::int64_t expected_rows)
+    : path_(std::move(path)),
+      levels_(std::move(levels)),
+      labels_(labels),
+      storage_(storage),
+      expected_rows_(expected_rows) {
+  file_ = h5::create_file(path_);
+  const hid_t root = file_.get();
+  h5::write_attr(root, "embcache_format", kCacheFormatVersion);
+  h5::write_attr(root, "embcache_version", std::string(EMBCACHE_VERSION));
+  h5::write_attr(root, "signature", signature.dump());
+  h5::write_attr(root, "compression", storage_.compression.to_string());
+  // Plain copies of the most-read signature fields, for h5py users.
+  h5::write_attr(root, "encoder_sha256", signature.value("encoder_sha256", std::string()));
+  h5::write_attr(root, "dtype", to_string(storage_.dtype));
+
+  h5::Handle text = h5::vlen_utf8_type();
+  group_ = create_column(cache_paths::kGroup, text.get(), {}, kColumnChunkRows);
+  window_ = create_column(cache_paths::kWindow, text.get(), {}, kColumnChunkRows);
+  split_ = create_column(cache_paths::kSplit, text.get(), {}, kColumnChunkRows);
+  bounds_ = create_column(cache_paths::kBounds, H5T_STD_I64LE, {4}, kColumnChunkRows);
+  pixel_hash_ = create_column(cache_paths::kPixelHash, H5T_STD_U64LE, {}, kColumnChunkRows);
+
+  storage_type_ = hdf5_type(storage_.dtype);
+  h5::create_group(root, cache_paths::kLevels);
+  for (const LevelSpec& level : levels_) {
+    const std::string name = std::string(cache_paths::kLevels) + "/" + level.name;
+    std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED};
+    for (auto d : level.row_shape) {
+      dims.push_back(hsize_t(d));
+      maxdims.push_back(hsize_t(d));
+    }
+    h5::Handle space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), maxdims.data()),
+                               "cannot create dataspace for", name),
+                     H5Sclose);
+    const auto chunk = capped(chunk_shape(level.row_shape, element_size(storage_.dtype)));
+    h5::Handle dcpl = feature_create_plist(chunk, storage_);
+    h5::Handle ds(h5::check(H5Dcreate2(root, name.c_str(), storage_type_.get(), space.get(),
+                                       H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                            "cannot create dataset", path_ + ":/" + name),
+                  H5Dclose);
+    h5::write_attr(ds.get(), "level_index", level.index);
+    h5::write_attr(ds.get(), "channels", level.row_shape.empty() ? 0 : level.row_shape[0]);
+    h5::write_attr(ds.get(), "stride", level.stride);
+    level_datasets_.push_back(std::move(ds));
+  }
+  if (labels_.has_class) {
+    label_class_ = create_column(cache_paths::kLabelClass, H5T_STD_I64LE, {}, kColumnChunkRows);
+  }
+  if (labels_.has_value) {
+    std::vector<hsize_t> shape;
+    if (labels_.value_width > 0) shape.push_back(hsize_t(labels_.value_width));
+    label_value_ = create_column(cache_paths::kLabelValue, H5T_IEEE_F32LE, shape, kColumnChunkRows);
+  }
+}
+
+h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
+                                          std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
+  std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{capped({chunk_rows})[0]};
+  for (auto d : row_shape) {
+    dims.push_back(d);
+    maxdims.push_back(d);
+    chunk.push_back(d);
+  }
+  const auto slash = name.find('/');
+  if (slash != std::string::npos && !h5::exists(file_.get(), name.substr(0, slash))) {
+    h5::create_group(file_.get(), name.substr(0, slash));
+  }
+  h5::Handle space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), maxdims.data()),
+                             "cannot create dataspace for", name),
+                   H5Sclose);
+  h5::Handle dcpl = column_create_plist(chunk, H5Tis_variable_str(type) <= 0);
+  return h5::Handle(h5::check(H5Dcreate2(file_.get(), name.c_str(), type, space.get(), H5P_DEFAULT,
+                                         dcpl.get(), H5P_DEFAULT),
+                              "cannot create dataset", path_ + ":/" + name),
+                    H5Dclose);
+}
+
+std::vector<hsize_t> CacheFileWriter::capped(std::vector<hsize_t> chunk) const {
+  if (expected_rows_ > 0) chunk[0] = std::min<hsize_t>(chunk[0], hsize_t(expected_rows_));
+  return chunk;
+}
+
+void CacheFileWriter::create_mask_dataset(std::int64_t height, std::int64_t width) {
+  const std::vector<std::int64_t> row{height, width};
+  const auto chunk = capped(chunk_shape(row, 4));
+  std::vector<hsize_t> dims{0, hsize_t(height), hsize_t(width)};
+  std::vector<hsize_t> maxdims{H5S_UNLIMITED, hsize_t(height), hsize_t(width)};
+  h5::Handle space(H5Screate_simple(3, dims.data(), maxdims.data()), H5Sclose);
+  StorageOptions masks;  // masks are small integers: gzip shrinks them several-fold at no risk
+  masks.compression.kind = Compression::Kind::kGzip;
+  h5::Handle dcpl = feature_create_plist(chunk, masks);
+  label_mask_ = h5::Handle(h5::check(H5Dcreate2(file_.get(), cache_paths::kLabelMask, H5T_STD_I32LE,
+                                                space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                                     "cannot create dataset", path_ + ":/labels/mask"),
+                           H5Dclose);
+  h5::write_attr(label_mask_.get(), "ignore_index", labels_.ignore_index);
+}
+
+void CacheFileWriter::append(const RowBatch& batch) {
+  const std::size_t n = batch.size();
+  if (n == 0) return;
+  if (batch.groups.size() != n || batch.splits.size() != n || batch.bounds.size() != 4 * n ||
+      batch.pixel_hashes.size() != n || batch.levels.size() != levels_.size()) {
+    throw Error(ExitCode::kInternal, "row batch columns have different lengths");
+  }
+  h5::append_strings(group_.get(), batch.groups, path_ + ":/index/group");
+  h5::append_strings(window_.get(), batch.windows, path_ + ":/index/window");
+  h5::append_strings(split_.get(), batch.splits, path_ + ":/index/split");
+  h5::append_rows(bounds_.get(), H5T_NATIVE_INT64, n, batch.bounds.data(), path_ + ":/index/bounds");
+  h5::append_rows(pixel_hash_.get(), H5T_NATIVE_UINT64, n, batch.pixel_hashes.data(),
+                  path_ + ":/index/pixel_hash");
+  for (std::size_t i = 0; i < levels_.size(); ++i) {
+    const at::Tensor& t = batch.levels[i];
+    check_rows(t, n, "levels/" + levels_[i].name);
+    if (t.scalar_type() != torch_type(storage_.dtype)) {
+      throw Error(ExitCode::kInternal, "level " + levels_[i].name + " is not in the storage dtype");
+    }
+    // The memory type equals the file type: HDF5 copies bytes, it never converts floats.
+    h5::append_rows(level_datasets_[i].get(), storage_type_.get(), n, t.data_ptr(),
+                    path_ + ":/levels/" + levels_[i].name);
+    feature_bytes_ += std::int64_t(t.nbytes());
+  }
+  if (labels_.has_class) {
+    check_rows(batch.label_class, n, "labels/class");
+    h5::append_rows(label_class_.get(), H5T_NATIVE_INT64, n, batch.label_class.data_ptr(),
+                    path_ + ":/labels/class");
+  }
+  if (labels_.has_value) {
+    check_rows(batch.label_value, n, "labels/value");
+    h5::append_rows(label_value_.get(), H5T_NATIVE_FLOAT, n, batch.label_value.data_ptr(),
+                    path_ + ":/labels/value");
+  }
+  if (labels_.has_mask) {
+    check_rows(batch.label_mask, n, "labels/mask");
+    if (!label_mask_) create_mask_dataset(batch.label_mask.size(1), batch.label_mask.size(2));
+    h5::append_rows(label_mask_.get(), H5T_NATIVE_INT32, n, batch.label_mask.data_ptr(),
+                    path_ + ":/labels/mask");
+  }
+  rows_ += std::int64_t(n);
+}
+
+void CacheFileWriter::close() {
+  if (!file_) return;
+  h5::flush(file_.get(), path_);
+  group_.reset(); window_.reset(); split_.reset(); bounds_.reset(); pixel_hash_.reset();
+  level_datasets_.clear();
+  label_class_.reset(); label_value_.reset(); label_mask_.reset();
+  // Close explicitly to see the error (disk full shows up here as often as in writes).
+  const herr_t status = H5Fclose(file_.release());
+  h5::check_status(status, "cannot close", path_);
+}
+
+}  // namespace embcache

@@ -1,0 +1,52 @@
+// Writes one complete cache file (format v1) by appending row batches; used for both segment
+// files and the consolidated cache. The file is only trustworthy after close() returns.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "embcache/store/cache_schema.hpp"
+#include "embcache/store/h5.hpp"
+#include "embcache/store/row_batch.hpp"
+
+namespace embcache {
+
+class CacheFileWriter {
+ public:
+  // `expected_rows` (when known) caps rows per chunk, so a small cache is not padded to whole
+  // 1 MiB chunks.
+  CacheFileWriter(std::string path, const Signature& signature, std::vector<LevelSpec> levels,
+                  const LabelKinds& labels, const StorageOptions& storage,
+                  std::int64_t expected_rows = 0);
+  CacheFileWriter(const CacheFileWriter&) = delete;
+  CacheFileWriter& operator=(const CacheFileWriter&) = delete;
+
+  void append(const RowBatch& batch);
+  // Flushes and closes; throws on failure (the file must then be discarded).
+  void close();
+  std::int64_t rows() const { return rows_; }
+  std::int64_t feature_bytes() const { return feature_bytes_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::vector<hsize_t> capped(std::vector<hsize_t> chunk) const;
+  h5::Handle create_column(const std::string& name, hid_t type, std::vector<hsize_t> row_shape,
+                           hsize_t chunk_rows);
+  void create_mask_dataset(std::int64_t height, std::int64_t width);
+
+  std::string path_;
+  std::vector<LevelSpec> levels_;
+  LabelKinds labels_;
+  StorageOptions storage_;
+  h5::Handle file_;
+  h5::Handle group_, window_, split_, bounds_, pixel_hash_;
+  std::vector<h5::Handle> level_datasets_;
+  h5::Handle label_class_, label_value_, label_mask_;
+  h5::Handle storage_type_;
+  std::int64_t rows_ = 0;
+  std::int64_t expected_rows_ = 0;
+  std::int64_t feature_bytes_ = 0;
+};
+
+}  // namespace embcache

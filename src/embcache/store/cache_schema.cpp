@@ -1,0 +1,53 @@
+#include "embcache/store/cache_schema.hpp"
+
+#include <set>
+
+namespace embcache {
+
+std::string LevelSpec::shape_text() const {
+  std::string s = "[";
+  for (std::size_t i = 0; i < row_shape.size(); ++i) s += (i ? ", " : "") + std::to_string(row_shape[i]);
+  return s + "]";
+}
+
+bool is_informational_signature_field(const std::string& key) {
+  // "levels" (resolved names) follows from levels_requested and the encoder, which are compared.
+  return key == "embcache_version" || key == "encoder_path" || key == "dataset_path" || key == "levels";
+}
+
+std::vector<std::string> signature_differences(const Signature& existing, const Signature& wanted) {
+  std::set<std::string> keys;
+  for (auto it = existing.begin(); it != existing.end(); ++it) keys.insert(it.key());
+  for (auto it = wanted.begin(); it != wanted.end(); ++it) keys.insert(it.key());
+  std::vector<std::string> differing;
+  for (const auto& key : keys) {
+    if (is_informational_signature_field(key)) continue;
+    const bool in_a = existing.contains(key), in_b = wanted.contains(key);
+    if (in_a != in_b || (in_a && existing.at(key) != wanted.at(key))) differing.push_back(key);
+  }
+  return differing;
+}
+
+nlohmann::json label_kinds_to_json(const LabelKinds& kinds) {
+  nlohmann::json j = nlohmann::json::object();
+  if (kinds.has_class) j["class"] = true;
+  if (kinds.has_value) j["value_width"] = kinds.value_width;
+  if (kinds.has_mask) j["mask_ignore_index"] = kinds.ignore_index;
+  return j;
+}
+
+LabelKinds label_kinds_from_json(const nlohmann::json& j) {
+  LabelKinds kinds;
+  kinds.has_class = j.value("class", false);
+  if (j.contains("value_width")) {
+    kinds.has_value = true;
+    kinds.value_width = j.at("value_width").get<std::int64_t>();
+  }
+  if (j.contains("mask_ignore_index")) {
+    kinds.has_mask = true;
+    kinds.ignore_index = j.at("mask_ignore_index").get<std::int64_t>();
+  }
+  return kinds;
+}
+
+}  // namespace embcache

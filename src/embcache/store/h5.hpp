@@ -1,0 +1,97 @@
+// RAII handles over the HDF5 C API; every call is checked and failures become IoError/InputError
+// carrying the operation, the object path and HDF5's own innermost error message.
+#pragma once
+
+#include <hdf5.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace embcache::h5 {
+
+// Move-only owner of one hid_t; closing never throws.
+class Handle {
+ public:
+  using Closer = herr_t (*)(hid_t);
+  Handle() = default;
+  Handle(hid_t id, Closer closer) : id_(id), closer_(closer) {}
+  ~Handle() { reset(); }
+  Handle(Handle&& other) noexcept : id_(other.id_), closer_(other.closer_) { other.id_ = -1; }
+  Handle& operator=(Handle&& other) noexcept;
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+
+  hid_t get() const { return id_; }
+  explicit operator bool() const { return id_ >= 0; }
+  void reset();
+  // Gives up ownership without closing (for closes whose status must be checked).
+  hid_t release() {
+    const hid_t id = id_;
+    id_ = -1;
+    return id;
+  }
+
+ private:
+  hid_t id_ = -1;
+  Closer closer_ = nullptr;
+};
+
+// HDF5 prints its error stack to stderr by default; embcache reports errors itself. The setting
+// is per thread in the thread-safe build, so every thread that calls HDF5 calls this first.
+void silence_errors_on_this_thread();
+
+// The innermost message of HDF5's error stack on this thread ("" when empty).
+std::string last_error_message();
+[[noreturn]] void fail(const std::string& what, const std::string& object);
+hid_t check(hid_t id, const char* what, const std::string& object);
+void check_status(herr_t status, const char* what, const std::string& object);
+
+// Files
+Handle open_file(const std::string& path, bool writable);
+Handle create_file(const std::string& path);  // truncates
+void flush(hid_t file, const std::string& path);
+bool is_hdf5(const std::string& path);
+
+// Links, groups, datasets
+bool exists(hid_t loc, const std::string& path);  // checks each component of a/b/c
+Handle open_group(hid_t loc, const std::string& path);
+Handle create_group(hid_t loc, const std::string& path);
+Handle open_dataset(hid_t loc, const std::string& path);
+std::vector<std::string> list_children(hid_t group, const std::string& path);
+std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path);
+Handle dataset_type(hid_t dataset, const std::string& path);
+Handle dataset_create_plist(hid_t dataset, const std::string& path);
+std::int64_t storage_size(hid_t dataset);
+
+// Types
+Handle copy_type(hid_t type);
+Handle float16_type();   // IEEE half, read by h5py as numpy float16
+Handle bfloat16_type();  // bfloat16 as a custom 16-bit float; h5py reads it with .astype('f4')
+Handle vlen_utf8_type();
+bool is_float16(hid_t type);
+bool is_bfloat16(hid_t type);
+std::string describe_type(hid_t type);
+
+// Row-wise I/O along dimension 0 of a dataset (every other dimension whole).
+void write_rows(hid_t dataset, hid_t mem_type, hsize_t start, hsize_t count, const void* data,
+                const std::string& path);
+void read_rows(hid_t dataset, hid_t mem_type, hsize_t start, hsize_t count, void* data,
+               const std::string& path);
+// Grows dimension 0 by `count` and writes the rows at the end.
+void append_rows(hid_t dataset, hid_t mem_type, hsize_t count, const void* data,
+                 const std::string& path);
+void append_strings(hid_t dataset, const std::vector<std::string>& values, const std::string& path);
+std::vector<std::string> read_strings(hid_t dataset, hsize_t start, hsize_t count,
+                                      const std::string& path);
+
+// Attributes (replaced if present)
+void write_attr(hid_t loc, const std::string& name, const std::string& value);
+void write_attr(hid_t loc, const std::string& name, std::int64_t value);
+void write_attr(hid_t loc, const std::string& name, const std::vector<std::int64_t>& values);
+bool has_attr(hid_t loc, const std::string& name);
+std::optional<std::string> read_attr_string(hid_t loc, const std::string& name);
+std::optional<std::int64_t> read_attr_int(hid_t loc, const std::string& name);
+
+}  // namespace embcache::h5

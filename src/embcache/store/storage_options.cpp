@@ -1,0 +1,140 @@
+#include "embcache/store/storage_options.hpp"
+
+#include <algorithm>
+
+#include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
+
+namespace embcache {
+namespace {
+
+constexpr H5Z_filter_t kLz4Filter = 32004;
+constexpr H5Z_filter_t kBloscFilter = 32001;
+constexpr unsigned kBloscZstd = 5;
+
+void require_filter(H5Z_filter_t id, const std::string& name, const std::string& package) {
+  const htri_t available = H5Zfilter_avail(id);
+  H5Eclear2(H5E_DEFAULT);
+  if (available <= 0) {
+    throw UsageError("--compression " + name + ": the HDF5 filter plugin is not installed; "
+                     "install the Debian package " + package + " or use gzip/none");
+  }
+}
+
+}  // namespace
+
+StorageDtype parse_storage_dtype(const std::string& text) {
+  if (text == "float32") return StorageDtype::kFloat32;
+  if (text == "float16") return StorageDtype::kFloat16;
+  if (text == "bfloat16") return StorageDtype::kBFloat16;
+  throw UsageError("--dtype: expected float32, float16 or bfloat16, got \"" + text + "\"");
+}
+
+std::string to_string(StorageDtype dtype) {
+  switch (dtype) {
+    case StorageDtype::kFloat32: return "float32";
+    case StorageDtype::kFloat16: return "float16";
+    case StorageDtype::kBFloat16: return "bfloat16";
+  }
+  return "?";
+}
+
+at::ScalarType torch_type(StorageDtype dtype) {
+  switch (dtype) {
+    case StorageDtype::kFloat16: return at::kHalf;
+    case StorageDtype::kBFloat16: return at::kBFloat16;
+    default: return at::kFloat;
+  }
+}
+
+h5::Handle hdf5_type(StorageDtype dtype) {
+  switch (dtype) {
+    case StorageDtype::kFloat16: return h5::float16_type();
+    case StorageDtype::kBFloat16: return h5::bfloat16_type();
+    default: return h5::copy_type(H5T_IEEE_F32LE);
+  }
+}
+
+std::size_t element_size(StorageDtype dtype) { return dtype == StorageDtype::kFloat32 ? 4 : 2; }
+
+Compression Compression::parse(const std::string& text) {
+  Compression c;
+  if (text == "none") return c;
+  if (text == "lz4") {
+    c.kind = Kind::kLz4;
+    return c;
+  }
+  if (text == "blosc-zstd") {
+    c.kind = Kind::kBloscZstd;
+    return c;
+  }
+  if (text.rfind("gzip", 0) == 0) {
+    c.kind = Kind::kGzip;
+    if (text.size() > 4) {
+      if (text[4] != ':') throw UsageError("--compression: expected gzip or gzip:LEVEL, got \"" + text + "\"");
+      c.level = int(parse_int(text.substr(5), "--compression gzip level"));
+      if (c.level < 0 || c.level > 9) throw UsageError("--compression: gzip level must be 0-9");
+    }
+    return c;
+  }
+  throw UsageError("--compression: expected none, gzip[:LEVEL], lz4 or blosc-zstd, got \"" + text + "\"");
+}
+
+std::string Compression::to_string() const {
+  switch (kind) {
+    case Kind::kNone: return "none";
+    case Kind::kGzip: return "gzip:" + std::to_string(level);
+    case Kind::kLz4: return "lz4";
+    case Kind::kBloscZstd: return "blosc-zstd";
+  }
+  return "?";
+}
+
+std::vector<hsize_t> chunk_shape(const std::vector<std::int64_t>& row_shape, std::size_t elem_size) {
+  std::size_t row_bytes = elem_size;
+  for (auto d : row_shape) row_bytes *= std::size_t(std::max<std::int64_t>(d, 1));
+  std::vector<hsize_t> chunk{1};
+  for (auto d : row_shape) chunk.push_back(hsize_t(std::max<std::int64_t>(d, 1)));
+  if (row_bytes <= kMaxChunkBytes) {
+    chunk[0] = hsize_t(std::max<std::size_t>(1, kTargetChunkBytes / row_bytes));
+  } else if (!row_shape.empty()) {
+    // One row is bigger than a chunk may be: split channels so each chunk holds part of one row.
+    const std::size_t per_channel = row_bytes / std::size_t(std::max<std::int64_t>(row_shape[0], 1));
+    chunk[1] = hsize_t(std::max<std::size_t>(1, kTargetChunkBytes / std::max<std::size_t>(per_channel, 1)));
+  }
+  return chunk;
+}
+
+h5::Handle feature_create_plist(const std::vector<hsize_t>& chunk, const StorageOptions& options) {
+  h5::Handle dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), "cannot create", "dataset properties"),
+                  H5Pclose);
+  h5::check_status(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), "cannot set chunking", "");
+  switch (options.compression.kind) {
+    case Compression::Kind::kNone: break;
+    case Compression::Kind::kGzip:
+      h5::check_status(H5Pset_shuffle(dcpl.get()), "cannot set", "shuffle");
+      h5::check_status(H5Pset_deflate(dcpl.get(), unsigned(options.compression.level)), "cannot set", "gzip");
+      break;
+    case Compression::Kind::kLz4:
+      require_filter(kLz4Filter, "lz4", "hdf5-filter-plugin");
+      h5::check_status(H5Pset_filter(dcpl.get(), kLz4Filter, H5Z_FLAG_MANDATORY, 0, nullptr), "cannot set", "lz4");
+      break;
+    case Compression::Kind::kBloscZstd: {
+      require_filter(kBloscFilter, "blosc-zstd", "hdf5-filter-plugin-blosc-serial");
+      // cd_values 0-3 are filled in by the filter; then level, shuffle (1 = byte), compressor.
+      const unsigned cd[7] = {0, 0, 0, 0, 1, 1, kBloscZstd};
+      h5::check_status(H5Pset_filter(dcpl.get(), kBloscFilter, H5Z_FLAG_MANDATORY, 7, cd), "cannot set", "blosc");
+      break;
+    }
+  }
+  if (options.checksum) h5::check_status(H5Pset_fletcher32(dcpl.get()), "cannot set", "fletcher32");
+  return dcpl;
+}
+
+h5::Handle column_create_plist(const std::vector<hsize_t>& chunk, bool checksum) {
+  StorageOptions plain;
+  plain.checksum = checksum;
+  return feature_create_plist(chunk, plain);
+}
+
+}  // namespace embcache

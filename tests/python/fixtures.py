@@ -1,0 +1,335 @@
+#!/usr/bin/python3
+"""Test fixtures made the way users make them: encoders exported with torch.jit (script and
+trace), array datasets written with h5py, and independent reference checks of a cache.
+
+Run with Debian's /usr/bin/python3 (python3-torch, python3-h5py, python3-numpy).
+"""
+import argparse
+import json
+import os
+import sys
+from typing import Dict, List
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+# ---------------------------------------------------------------- encoders
+class TinyMulti(nn.Module):
+    """Three levels: stride-2 map, stride-4 map, pooled vector."""
+
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.c1 = nn.Conv2d(in_ch, 8, 3, stride=2, padding=1)
+        self.c2 = nn.Conv2d(8, 16, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        a = F.relu(self.c1(x))
+        b = F.relu(self.c2(a))
+        return [a, b, b.mean(dim=(2, 3))]
+
+
+class TinyDict(nn.Module):
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.stem = nn.Conv2d(in_ch, 4, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        s = torch.tanh(self.stem(x))
+        return {"stem": s, "pooled": s.mean(dim=(2, 3))}
+
+
+class Single(nn.Module):
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, 6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+class Light(nn.Module):
+    """I/O-bound benchmark encoder: one 1x1 conv to many channels at full resolution."""
+
+    def __init__(self, in_ch: int = 3, out_ch: int = 64):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, out_ch, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x)
+
+
+class Heavy(nn.Module):
+    """Compute-bound benchmark encoder: a small ResNet-like stack, two levels."""
+
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.stem = nn.Sequential(nn.Conv2d(in_ch, 48, 3, stride=2, padding=1), nn.ReLU())
+        self.block1 = nn.Sequential(*[nn.Sequential(nn.Conv2d(48, 48, 3, padding=1), nn.ReLU()) for _ in range(4)])
+        self.down = nn.Sequential(nn.Conv2d(48, 96, 3, stride=2, padding=1), nn.ReLU())
+        self.block2 = nn.Sequential(*[nn.Sequential(nn.Conv2d(96, 96, 3, padding=1), nn.ReLU()) for _ in range(4)])
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        a = self.block1(self.stem(x))
+        b = self.block2(self.down(a))
+        return [a, b]
+
+
+class BadRank(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=3)
+
+
+class BadBatch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x[:1]
+
+
+class BadType(nn.Module):
+    def forward(self, x: torch.Tensor) -> int:
+        return 3
+
+
+class NonFinite(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        # NaN where the crop's mean input is above 0: only some crops fail.
+        m = x.mean(dim=(1, 2, 3), keepdim=True)
+        return torch.where(m > 0, torch.full_like(x, float("nan")), x)
+
+
+class ShapeChanges(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b = x.shape[0]
+        return x.mean(dim=(2, 3)).repeat(1, b)
+
+
+def export_encoders(out_dir: str, in_ch: int) -> None:
+    os.makedirs(out_dir, exist_ok=True)
+    torch.manual_seed(0)
+    example = torch.randn(2, in_ch, 32, 32)
+    multi = TinyMulti(in_ch).eval()
+    torch.jit.save(torch.jit.script(multi), os.path.join(out_dir, "multi_scripted.pt"))
+    traced = torch.jit.trace(multi, example, check_inputs=[(torch.randn(5, in_ch, 32, 32),)], strict=False)
+    torch.jit.save(traced, os.path.join(out_dir, "multi_traced.pt"))
+    torch.jit.save(torch.jit.script(TinyDict(in_ch).eval()), os.path.join(out_dir, "dict_scripted.pt"))
+    torch.jit.save(torch.jit.script(Single(in_ch).eval()), os.path.join(out_dir, "single_scripted.pt"))
+    torch.jit.save(torch.jit.script(Light(in_ch).eval()), os.path.join(out_dir, "light.pt"))
+    torch.jit.save(torch.jit.script(Heavy(in_ch).eval()), os.path.join(out_dir, "heavy.pt"))
+    for name, module in [("bad_rank", BadRank()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
+                         ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges())]:
+        torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))
+    with open(os.path.join(out_dir, "not_torchscript.pt"), "wb") as f:
+        f.write(b"this is not a torchscript archive")
+
+
+# ---------------------------------------------------------------- datasets
+def make_dataset(path: str, n: int, channels: int, height: int, width: int, dtype: str,
+                 labels: str, masks: bool, seed: int, groups: int, splits: bool,
+                 duplicate_names: bool = False) -> None:
+    rng = np.random.default_rng(seed)
+    if dtype == "uint8":
+        images = rng.integers(0, 256, size=(n, channels, height, width), dtype=np.uint8)
+    elif dtype == "uint16":
+        images = rng.integers(0, 10000, size=(n, channels, height, width), dtype=np.uint16)
+    elif dtype == "int16":
+        images = rng.integers(-2000, 2000, size=(n, channels, height, width), dtype=np.int16)
+    elif dtype == "int32":
+        images = rng.integers(-100000, 100000, size=(n, channels, height, width), dtype=np.int32)
+    else:
+        images = rng.standard_normal(size=(n, channels, height, width)).astype(np.float32)
+    str_dt = h5py.string_dtype("utf-8")
+    with h5py.File(path, "w") as f:
+        f.create_dataset("images", data=images, chunks=(1, channels, height, width))
+        names = [f"win{i % max(1, n // groups) if groups > 1 else i}" for i in range(n)]
+        if duplicate_names:
+            names[-1] = names[0]
+        f.create_dataset("names", data=names, dtype=str_dt)
+        if groups > 1:
+            f.create_dataset("groups", data=[f"g{i // max(1, n // groups)}" for i in range(n)], dtype=str_dt)
+        if splits:
+            f.create_dataset("splits", data=[["train", "train", "val", "test"][i % 4] for i in range(n)], dtype=str_dt)
+        if labels == "class":
+            f.create_dataset("labels", data=rng.integers(0, 5, size=n, dtype=np.int64))
+        elif labels == "value":
+            f.create_dataset("labels", data=rng.standard_normal(size=n).astype(np.float32))
+        elif labels == "vector":
+            f.create_dataset("labels", data=rng.standard_normal(size=(n, 3)).astype(np.float32))
+        if masks:
+            m = f.create_dataset("masks", data=rng.integers(0, 4, size=(n, height, width), dtype=np.uint8))
+            m.attrs["ignore_index"] = 255
+
+
+# ---------------------------------------------------------------- reference checks
+def crop_starts(begin: int, end: int, size: int, overlap: int) -> List[int]:
+    stride = size - overlap
+    starts = [begin]
+    s = begin + stride
+    while s < end - size:
+        starts.append(s)
+        s += stride
+    if end - size > begin:
+        starts.append(end - size)
+    return starts
+
+
+def reference_crops(width: int, height: int, crop_w, crop_h, overlap: int):
+    if crop_w is None:
+        return [(0, 0, width, height)]
+    return [(x, y, x + crop_w, y + crop_h)
+            for x in crop_starts(0, width, crop_w, overlap)
+            for y in crop_starts(0, height, crop_h, overlap)]
+
+
+def compare(args) -> int:
+    """Recompute every cached crop in Python and compare level by level."""
+    crop_w = crop_h = None
+    if args.crop_size:
+        parts = args.crop_size.lower().split("x")
+        crop_w, crop_h = int(parts[0]), int(parts[-1])
+    mean = torch.tensor([float(v) for v in args.mean.split(",")], dtype=torch.float32)
+    std = torch.tensor([float(v) for v in args.std.split(",")], dtype=torch.float32)
+    enc = torch.jit.load(args.encoder).eval()
+    with h5py.File(args.dataset, "r") as d, h5py.File(args.cache, "r") as c:
+        images = d["images"]
+        n, ch, h, w = images.shape
+        names = [s.decode() if isinstance(s, bytes) else s for s in d["names"][:]] if "names" in d else [f"w{i}" for i in range(n)]
+        groups = [s.decode() if isinstance(s, bytes) else s for s in d["groups"][:]] if "groups" in d else ["default"] * n
+        rows = {}
+        cwin = [s.decode() for s in c["index/window"][:]]
+        cgrp = [s.decode() for s in c["index/group"][:]]
+        cb = c["index/bounds"][:]
+        for i in range(len(cwin)):
+            rows[(cgrp[i], cwin[i], tuple(int(v) for v in cb[i]))] = i
+        level_names = list(c["levels"].keys())
+        expected_rows = 0
+        worst = 0.0
+        bands = [int(b) for b in args.bands.split(",")] if args.bands else list(range(ch))
+        for i in range(n):
+            raw = torch.from_numpy(images[i].astype(np.float32) if images.dtype == np.uint16 else images[i])
+            raw = raw[bands]
+            for (x1, y1, x2, y2) in reference_crops(w, h, crop_w, crop_h, args.overlap):
+                crop = torch.full((len(bands), y2 - y1, x2 - x1), float(args.pad_value), dtype=torch.float32)
+                xe, ye = min(x2, w), min(y2, h)
+                crop[:, : ye - y1, : xe - x1] = raw[:, y1:ye, x1:xe].to(torch.float32)
+                x = crop
+                if args.scale != 1.0:
+                    x = x * args.scale
+                x = (x - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
+                out = enc(x.unsqueeze(0))
+                if isinstance(out, torch.Tensor):
+                    outs = {"0": out}
+                elif isinstance(out, dict):
+                    outs = out
+                else:
+                    outs = {str(k): v for k, v in enumerate(out)}
+                key = (groups[i], names[i], (x1, y1, x2, y2))
+                if key not in rows:
+                    print(f"missing row for {key}", file=sys.stderr)
+                    return 1
+                expected_rows += 1
+                r = rows[key]
+                for name in level_names:
+                    got = torch.from_numpy(c["levels"][name][r].astype(np.float32))
+                    want = outs[name][0].to(torch.float32)
+                    if got.shape != want.shape:
+                        print(f"{key} level {name}: shape {tuple(got.shape)} != {tuple(want.shape)}", file=sys.stderr)
+                        return 1
+                    err = float((got - want).abs().max()) / max(float(want.abs().max()), 1e-12)
+                    worst = max(worst, err)
+        if expected_rows != len(cwin):
+            print(f"cache has {len(cwin)} rows, expected {expected_rows}", file=sys.stderr)
+            return 1
+    print(json.dumps({"rows": expected_rows, "max_relative_error": worst}))
+    if worst > args.tolerance:
+        print(f"max relative error {worst} > {args.tolerance}", file=sys.stderr)
+        return 1
+    return 0
+
+
+def read_cache_by_key(path: str):
+    with h5py.File(path, "r") as c:
+        win = [s.decode() for s in c["index/window"][:]]
+        grp = [s.decode() for s in c["index/group"][:]]
+        b = c["index/bounds"][:]
+        keys = [(grp[i], win[i], tuple(int(v) for v in b[i])) for i in range(len(win))]
+        levels = {name: c["levels"][name][:] for name in c["levels"].keys()}
+        labels = {name: c["labels"][name][:] for name in c["labels"].keys()} if "labels" in c else {}
+    return keys, levels, labels
+
+
+def same(args) -> int:
+    """Two caches hold the same keys with bit-identical features and labels."""
+    ka, la, lba = read_cache_by_key(args.a)
+    kb, lb, lbb = read_cache_by_key(args.b)
+    if len(set(ka)) != len(ka) or len(set(kb)) != len(kb):
+        print("duplicate keys in a cache", file=sys.stderr)
+        return 1
+    if set(ka) != set(kb):
+        print(f"key sets differ: {len(set(ka) - set(kb))} only in a, {len(set(kb) - set(ka))} only in b", file=sys.stderr)
+        return 1
+    order_b = {k: i for i, k in enumerate(kb)}
+    perm = np.array([order_b[k] for k in ka])
+    for name in la:
+        if not np.array_equal(la[name].view(np.uint8), lb[name][perm].view(np.uint8)):
+            print(f"level {name} differs", file=sys.stderr)
+            return 1
+    for name in lba:
+        if not np.array_equal(lba[name], lbb[name][perm]):
+            print(f"labels {name} differ", file=sys.stderr)
+            return 1
+    print(json.dumps({"rows": len(ka), "identical": True}))
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    e = sub.add_parser("encoders")
+    e.add_argument("out_dir")
+    e.add_argument("--channels", type=int, default=3)
+    d = sub.add_parser("dataset")
+    d.add_argument("out")
+    d.add_argument("--n", type=int, default=8)
+    d.add_argument("--channels", type=int, default=3)
+    d.add_argument("--height", type=int, default=40)
+    d.add_argument("--width", type=int, default=48)
+    d.add_argument("--dtype", default="uint8")
+    d.add_argument("--labels", default="class")
+    d.add_argument("--masks", action="store_true")
+    d.add_argument("--seed", type=int, default=0)
+    d.add_argument("--groups", type=int, default=1)
+    d.add_argument("--splits", action="store_true")
+    d.add_argument("--duplicate-names", action="store_true")
+    c = sub.add_parser("compare")
+    c.add_argument("cache")
+    c.add_argument("dataset")
+    c.add_argument("encoder")
+    c.add_argument("--crop-size", default="")
+    c.add_argument("--overlap", type=int, default=0)
+    c.add_argument("--pad-value", type=float, default=0.0)
+    c.add_argument("--scale", type=float, default=1.0)
+    c.add_argument("--mean", default="0")
+    c.add_argument("--std", default="1")
+    c.add_argument("--bands", default="")
+    c.add_argument("--tolerance", type=float, default=1e-6)
+    s = sub.add_parser("same")
+    s.add_argument("a")
+    s.add_argument("b")
+    args = p.parse_args()
+    if args.cmd == "encoders":
+        export_encoders(args.out_dir, args.channels)
+        return 0
+    if args.cmd == "dataset":
+        make_dataset(args.out, args.n, args.channels, args.height, args.width, args.dtype, args.labels,
+                     args.masks, args.seed, args.groups, args.splits, args.duplicate_names)
+        return 0
+    if args.cmd == "compare":
+        return compare(args)
+    return same(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
