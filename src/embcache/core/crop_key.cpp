@@ -1,6 +1,12 @@
 #include "embcache/core/crop_key.hpp"
 
+#include <ostream>
+
 namespace embcache {
+
+std::ostream& operator<<(std::ostream& out, const Bounds& b) {
+  return out << "[" << b.x1 << "," << b.y1 << "," << b.x2 << "," << b.y2 << "]";
+}
 
 std::string CropKey::map_key() const {
   std::string key;

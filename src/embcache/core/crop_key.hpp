@@ -3,6 +3,7 @@
 
 #include <array>
 #include <cstdint>
+#include <iosfwd>
 #include <string>
 
 namespace embcache {
@@ -17,6 +18,8 @@ struct Bounds {
     return x1 == o.x1 && y1 == o.y1 && x2 == o.x2 && y2 == o.y2;
   }
 };
+
+std::ostream& operator<<(std::ostream& out, const Bounds& b);
 
 struct CropKey {
   std::string group;

@@ -1,0 +1,1 @@
+echo "not yet"; exit 1

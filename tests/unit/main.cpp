@@ -1,0 +1,10 @@
+#define DOCTEST_CONFIG_IMPLEMENT
+#include "doctest_torch.hpp"
+
+#include "embcache/pipeline/cancellation.hpp"
+
+int main(int argc, char** argv) {
+  embcache::tune_process();
+  doctest::Context context(argc, argv);
+  return context.run();
+}

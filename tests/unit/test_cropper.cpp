@@ -1,0 +1,51 @@
+#include "doctest_torch.hpp"
+
+#include "embcache/core/error.hpp"
+#include "embcache/dataset/cropper.hpp"
+#include "embcache/encoder/preprocess.hpp"
+
+using namespace embcache;
+
+TEST_CASE("crop inside the window is an exact slice, bands in the given order") {
+  const at::Tensor pixels = at::arange(3 * 6 * 8, at::kInt).view({3, 6, 8});
+  CropperOptions options;
+  options.bands = {2, 0};
+  const CropPixels crop = cut_crop(pixels, at::Tensor(), {0, 0, 8, 6}, {2, 1, 6, 5}, options);
+  const at::Tensor expected = at::stack({pixels[2], pixels[0]}).slice(1, 1, 5).slice(2, 2, 6);
+  REQUIRE(crop.pixels.is_contiguous());
+  REQUIRE(at::equal(crop.pixels, expected));
+  REQUIRE_FALSE(crop.mask.defined());
+}
+
+TEST_CASE("crop past the edge is padded with the pad value, masks with the ignore index") {
+  const at::Tensor pixels = at::ones({2, 3, 4}, at::kByte) * 7;
+  const at::Tensor mask = at::full({3, 4}, 1, at::kInt);
+  CropperOptions options;
+  options.pad_value = 9;
+  options.mask_pad_value = 255;
+  // Window at absolute (10, 20); crop 6x5 from its origin.
+  const CropPixels crop = cut_crop(pixels, mask, {10, 20, 14, 23}, {10, 20, 16, 25}, options);
+  at::Tensor expected = at::full({2, 5, 6}, 9, at::kByte);
+  expected.slice(1, 0, 3).slice(2, 0, 4).fill_(7);
+  at::Tensor expected_mask = at::full({5, 6}, 255, at::kInt);
+  expected_mask.slice(0, 0, 3).slice(1, 0, 4).fill_(1);
+  REQUIRE(at::equal(crop.pixels, expected));
+  REQUIRE(at::equal(crop.mask, expected_mask));
+}
+
+TEST_CASE("preprocess: (raw * scale - mean) / std per channel, in float32") {
+  const at::Tensor raw = at::arange(2 * 2 * 2, at::kShort).view({2, 2, 2});
+  Preprocess p;
+  p.scale = 0.5;
+  p.mean = {1.0, 2.0};
+  p.std = {2.0, 4.0};
+  const at::Tensor out = p.apply(raw);
+  REQUIRE((out.scalar_type() == at::kFloat));
+  const at::Tensor x = raw.to(at::kFloat) * 0.5;
+  const at::Tensor expected = at::stack({(x[0] - 1.0f) / 2.0f, (x[1] - 2.0f) / 4.0f});
+  REQUIRE(at::equal(out, expected));
+  REQUIRE_THROWS_AS(p.validate(3), UsageError);
+  Preprocess zero;
+  zero.std = {0.0};
+  REQUIRE_THROWS_AS(zero.validate(1), UsageError);
+}

@@ -1,0 +1,383 @@
+#include "doctest_torch.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "embcache/core/error.hpp"
+#include "embcache/pipeline/precompute.hpp"
+#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_store.hpp"
+#include "test_support.hpp"
+
+using namespace embcache;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Setup {
+  testing::TempDir dir;
+  std::string dataset = dir.file("data.h5");
+  std::string cache = dir.file("cache.h5");
+
+  explicit Setup(std::int64_t n = 6, std::int64_t h = 20, std::int64_t w = 24) {
+    testing::ArrayDatasetSpec spec;
+    spec.images = at::randint(0, 255, {n, 3, h, w}).to(at::kByte);
+    for (std::int64_t i = 0; i < n; ++i) {
+      spec.names.push_back("win" + std::to_string(i));
+      spec.splits.push_back(i % 3 == 0 ? "val" : "train");
+    }
+    spec.labels = at::arange(n, at::kLong) % 3;
+    spec.masks = at::randint(0, 4, {n, h, w}).to(at::kInt);
+    spec.ignore_index = 255;
+    testing::write_array_dataset(dataset, spec);
+  }
+
+  PrecomputeOptions options(const std::string& encoder = "multi_scripted.pt") const {
+    PrecomputeOptions o;
+    o.encoder = testing::fixture(encoder);
+    o.dataset = dataset;
+    o.out = cache;
+    o.crop_size = "16";
+    o.overlap = 4;
+    o.batch_size = "4";
+    o.threads = 1;
+    o.quiet = true;
+    o.fsync = false;
+    return o;
+  }
+};
+
+std::int64_t count_calls(const PrecomputeOptions& o, PrecomputeSummary* summary = nullptr) {
+  std::int64_t calls = 0;
+  PrecomputeHooks hooks;
+  hooks.on_encoder_call = [&](std::int64_t) { ++calls; };
+  const PrecomputeSummary s = run_precompute(o, hooks);
+  if (summary) *summary = s;
+  return calls;
+}
+
+template <typename E>
+std::string error_of(const PrecomputeOptions& o) {
+  try {
+    run_precompute(o);
+  } catch (const E& e) {
+    return e.what();
+  }
+  FAIL("expected an error");
+  return "";
+}
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
+  Setup s;
+  PrecomputeSummary first, second;
+  REQUIRE(count_calls(s.options(), &first) > 0);
+  // 24x20 windows, crop 16 overlap 4: x at 0, 8; y at 0, 4 -> 4 crops per window.
+  REQUIRE(first.crops_total == 24);
+  REQUIRE(first.crops_computed == 24);
+  const auto before = fs::last_write_time(s.cache);
+  REQUIRE(count_calls(s.options(), &second) == 0);
+  REQUIRE(second.crops_skipped == 24);
+  REQUIRE(second.crops_computed == 0);
+  REQUIRE(fs::last_write_time(s.cache) == before);
+  CacheFileReader reader(s.cache);
+  REQUIRE(reader.rows() == 24);
+  REQUIRE(reader.levels().size() == 3);
+  REQUIRE(reader.label_kinds().has_mask);
+}
+
+TEST_CASE("new windows are computed, old ones skipped") {
+  Setup s;
+  testing::ArrayDatasetSpec spec;
+  spec.images = at::randint(0, 255, {8, 3, 20, 24}).to(at::kByte);
+  spec.labels = at::arange(8, at::kLong);
+  testing::ArrayDatasetSpec first = spec;
+  first.images = spec.images.slice(0, 0, 6);
+  first.labels = spec.labels.slice(0, 0, 6);
+  testing::write_array_dataset(s.dir.file("six.h5"), first);
+  testing::write_array_dataset(s.dir.file("eight.h5"), spec);
+  PrecomputeOptions o = s.options();
+  o.dataset = s.dir.file("six.h5");
+  count_calls(o);
+  o.dataset = s.dir.file("eight.h5");
+  PrecomputeSummary summary;
+  count_calls(o, &summary);
+  REQUIRE(summary.crops_skipped == 24);
+  REQUIRE(summary.crops_computed == 8);
+  REQUIRE(summary.crops_stale == 0);
+  CacheFileReader after(s.cache);
+  REQUIRE(after.rows() == 32);
+  // A corrected label is a change too: the window's crops are recomputed, not left stale.
+  spec.labels[7] = 0;
+  testing::write_array_dataset(s.dir.file("eight.h5"), spec);
+  count_calls(o, &summary);
+  REQUIRE(summary.crops_stale == 4);
+  CacheFileReader relabelled(s.cache);
+  REQUIRE(relabelled.rows() == 32);
+  REQUIRE(relabelled.read_rows(0, 32).label_class.slice(0, 28, 32).eq(0).all().item<bool>());
+}
+
+TEST_CASE("changed pixels make a window's crops stale; they are recomputed and replaced") {
+  Setup s;
+  count_calls(s.options());
+  CacheFileReader old_reader(s.cache);
+  const RowBatch old_rows = old_reader.read_rows(0, old_reader.rows());
+  testing::overwrite_image_row(s.dataset, 2, at::zeros({3, 20, 24}, at::kByte));
+  PrecomputeSummary summary;
+  REQUIRE(count_calls(s.options(), &summary) > 0);
+  REQUIRE(summary.crops_stale == 4);
+  REQUIRE(summary.crops_computed == 4);
+  REQUIRE(summary.crops_skipped == 20);
+  CacheFileReader reader(s.cache);
+  REQUIRE(reader.rows() == 24);
+  const CacheIndex index = reader.read_index();
+  const RowBatch rows = reader.read_rows(0, reader.rows());
+  int changed = 0;
+  for (std::size_t r = 0; r < index.windows.size(); ++r) {
+    // Find the same key among the old rows.
+    for (std::size_t q = 0; q < old_rows.windows.size(); ++q) {
+      if (old_rows.windows[q] == index.windows[r] &&
+          std::equal(old_rows.bounds.begin() + 4 * q, old_rows.bounds.begin() + 4 * q + 4, index.bounds.begin() + 4 * r)) {
+        const bool same = at::equal(old_rows.levels[0][std::int64_t(q)], rows.levels[0][std::int64_t(r)]);
+        if (index.windows[r] == "win2") {
+          REQUIRE_FALSE(same);
+          ++changed;
+        } else {
+          REQUIRE(same);
+        }
+      }
+    }
+  }
+  REQUIRE(changed == 4);
+}
+
+TEST_CASE("committed segments of a crashed run are kept and consolidated by the next run") {
+  Setup s;
+  // A run that dies after committing: simulated by committing a segment without consolidating.
+  PrecomputeOptions o = s.options();
+  count_calls(o);
+  CacheFileReader full(s.cache);
+  const RowBatch rows = full.read_rows(0, 10);
+  Signature signature = full.signature();
+  const std::vector<LevelSpec> levels = full.levels();
+  const LabelKinds kinds = full.label_kinds();
+  const StorageOptions storage = full.storage();
+  fs::remove(s.cache);
+  {
+    CacheStore store(s.cache, signature, kinds, storage, CommitPolicy{}, false);
+    store.set_levels(levels);
+    store.append(rows);
+    store.commit();
+    // A second, uncommitted segment: must not survive.
+    store.append(full.read_rows(10, 5));
+  }  // the store is dropped without consolidating, as a SIGKILL would
+  REQUIRE_FALSE(fs::exists(s.cache));
+  PrecomputeSummary summary;
+  count_calls(o, &summary);
+  REQUIRE(summary.crops_skipped == 10);
+  REQUIRE(summary.crops_computed == 14);
+  REQUIRE(CacheFileReader(s.cache).rows() == 24);
+  REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
+}
+
+TEST_CASE("a second writer is refused while the first holds the lock") {
+  Setup s;
+  count_calls(s.options());
+  CacheFileReader reader(s.cache);
+  CacheStore first(s.cache, reader.signature(), reader.label_kinds(), reader.storage(), CommitPolicy{}, false);
+  const std::string message = error_of<IoError>(s.options());
+  REQUIRE(contains(message, "being written by another embcache process"));
+}
+
+TEST_CASE("signature mismatch names the differing fields; --overwrite rebuilds") {
+  Setup s;
+  count_calls(s.options());
+  PrecomputeOptions o = s.options();
+  o.mean = "1";
+  o.dtype = "float16";
+  const std::string message = error_of<InputError>(o);
+  REQUIRE(contains(message, "dtype"));
+  REQUIRE(contains(message, "preprocessing"));
+  REQUIRE(contains(message, "--overwrite"));
+  REQUIRE(CacheFileReader(s.cache).rows() == 24);  // untouched
+  o.overwrite = true;
+  REQUIRE_NOTHROW(run_precompute(o));
+  REQUIRE(CacheFileReader(s.cache).storage().dtype == StorageDtype::kFloat16);
+  PrecomputeOptions other = s.options("multi_traced.pt");
+  REQUIRE(contains(error_of<InputError>(other), "encoder_sha256"));
+}
+
+TEST_CASE("levels are selected by index or dict key; unknown levels are refused before writing") {
+  Setup s;
+  PrecomputeOptions o = s.options("dict_scripted.pt");
+  o.levels = "pooled";
+  run_precompute(o);
+  CacheFileReader reader(s.cache);
+  REQUIRE(reader.levels().size() == 1);
+  REQUIRE(reader.levels()[0].name == "pooled");
+  REQUIRE(reader.levels()[0].row_shape == std::vector<std::int64_t>{4});
+  Setup t;
+  PrecomputeOptions bad = t.options();
+  bad.levels = "0,7";
+  const std::string message = error_of<UsageError>(bad);
+  REQUIRE(contains(message, "no level \"7\""));
+  REQUIRE(contains(message, "0,1,2"));
+  REQUIRE_FALSE(fs::exists(t.cache));
+  PrecomputeOptions by_index = t.options();
+  by_index.levels = "2,0";
+  run_precompute(by_index);
+  CacheFileReader r2(t.cache);
+  REQUIRE(r2.levels()[0].name == "2");
+  REQUIRE(r2.levels()[1].name == "0");
+  REQUIRE(r2.levels()[1].stride == 2);
+}
+
+TEST_CASE("bad encoders: one clear error each, and no cache written") {
+  Setup s;
+  struct Case {
+    const char* encoder;
+    const char* expected;
+  };
+  for (const Case& c : {Case{"not_torchscript.pt", "not a loadable TorchScript"},
+                        Case{"missing.pt", "encoder file not found"},
+                        Case{"bad_rank.pt", "3 dimensions"},
+                        Case{"bad_batch.pt", "batch dimension 1"},
+                        Case{"bad_type.pt", "Int"},
+                        Case{"shape_changes.pt", "changed shape between batches"},
+                        Case{"nonfinite.pt", "NaN/Inf"}}) {
+    INFO("encoder: " << std::string(c.encoder));
+    PrecomputeOptions o = s.options(c.encoder);
+    o.out = s.dir.file(std::string(c.encoder) + ".cache.h5");
+    o.batch_size = "5";  // 24 crops: the last batch has 4, so shape_changes fails there
+    const std::string message = error_of<InputError>(o);
+    INFO("message: " << message);
+    REQUIRE(contains(message, c.expected));
+    REQUIRE(message.find('\n') == std::string::npos);
+    REQUIRE_FALSE(fs::exists(o.out));  // the cache itself is never half-made
+  }
+  // The non-finite error names the level and the crop.
+  PrecomputeOptions o = s.options("nonfinite.pt");
+  const std::string message = error_of<InputError>(o);
+  REQUIRE(contains(message, "level 0 of crop default/win"));
+  o.allow_nonfinite = true;
+  REQUIRE_NOTHROW(run_precompute(o));
+}
+
+TEST_CASE("bad datasets and options: one clear error each") {
+  testing::TempDir dir;
+  Setup s;
+  auto with_dataset = [&](const testing::ArrayDatasetSpec& spec) {
+    testing::write_array_dataset(dir.file("bad.h5"), spec);
+    PrecomputeOptions o = s.options();
+    o.dataset = dir.file("bad.h5");
+    o.out = dir.file("out.h5");
+    return o;
+  };
+  testing::ArrayDatasetSpec rank3;
+  rank3.images = at::zeros({2, 8, 8}, at::kByte);
+  REQUIRE(contains(error_of<InputError>(with_dataset(rank3)), "rank 3"));
+
+  testing::ArrayDatasetSpec dup;
+  dup.images = at::zeros({3, 3, 8, 8}, at::kByte);
+  dup.names = {"a", "b", "a"};
+  REQUIRE(contains(error_of<InputError>(with_dataset(dup)), "rows 0 and 2 are both \"a\""));
+  dup.groups = {"g1", "g1", "g2"};  // same name in another group is fine
+  REQUIRE_NOTHROW(run_precompute(with_dataset(dup)));
+
+  testing::ArrayDatasetSpec labels;
+  labels.images = at::zeros({3, 3, 8, 8}, at::kByte);
+  labels.labels = at::zeros({2}, at::kLong);
+  REQUIRE(contains(error_of<InputError>(with_dataset(labels)), "/labels has shape [2]"));
+
+  testing::ArrayDatasetSpec masks;
+  masks.images = at::zeros({3, 3, 8, 8}, at::kByte);
+  masks.masks = at::zeros({3, 8, 9}, at::kInt);
+  REQUIRE(contains(error_of<InputError>(with_dataset(masks)), "/masks has shape [3, 8, 9]"));
+
+  testing::ArrayDatasetSpec doubles;
+  doubles.images = at::zeros({1, 3, 8, 8}, at::kDouble);
+  REQUIRE(contains(error_of<InputError>(with_dataset(doubles)), "float64"));
+
+  {
+    h5::Handle f = h5::create_file(dir.file("noimages.h5"));
+  }
+  PrecomputeOptions o = s.options();
+  o.dataset = dir.file("noimages.h5");
+  REQUIRE(contains(error_of<InputError>(o), "missing dataset /images"));
+
+  o = s.options();
+  o.bands = "0,3";
+  REQUIRE(contains(error_of<UsageError>(o), "band 3 is out of range"));
+  o = s.options();
+  o.mean = "1,2";
+  REQUIRE(contains(error_of<UsageError>(o), "--mean has 2 values"));
+  o = s.options();
+  o.overlap = 16;
+  REQUIRE(contains(error_of<UsageError>(o), "--overlap"));
+  o = s.options();
+  o.device = "cuda:0";
+  if (!at::hasCUDA()) REQUIRE(contains(error_of<UsageError>(o), "CUDA is not available"));
+  o = s.options();
+  o.out = dir.file("no/such/dir/cache.h5");
+  REQUIRE(contains(error_of<IoError>(o), "does not exist"));
+  std::ofstream(dir.file("text.h5")) << "hello";
+  o = s.options();
+  o.out = dir.file("text.h5");
+  REQUIRE(contains(error_of<InputError>(o), "not an embcache cache"));
+  h5::create_file(dir.file("other.h5"));
+  o.out = dir.file("other.h5");
+  REQUIRE(contains(error_of<InputError>(o), "not an embcache cache"));
+}
+
+TEST_CASE("an unwritable directory is refused before any work") {
+  if (::geteuid() == 0) {
+    // root ignores directory permissions; a path under a regular file fails the same way.
+    Setup s;
+    std::ofstream(s.dir.file("file")) << "x";
+    PrecomputeOptions o = s.options();
+    o.out = s.dir.file("file/cache.h5");
+    REQUIRE_THROWS_AS(run_precompute(o), IoError);
+    return;
+  }
+  Setup s;
+  fs::create_directory(s.dir.file("ro"));
+  ::chmod(s.dir.file("ro").c_str(), 0555);
+  PrecomputeOptions o = s.options();
+  o.out = s.dir.file("ro/cache.h5");
+  REQUIRE(contains(error_of<IoError>(o), "writable"));
+}
+
+TEST_CASE("uint16 pixels beyond int16's range are read exactly") {
+  // The same values stored as uint16 and as int32 must give bit-identical features; reading
+  // uint16 through a signed 16-bit type would wrap 60000 to -5536.
+  testing::TempDir dir;
+  const at::Tensor values = at::randint(30000, 65535, {2, 3, 8, 8}).to(at::kInt);
+  std::vector<std::string> caches;
+  for (bool as_uint16 : {true, false}) {
+    testing::ArrayDatasetSpec spec;
+    spec.images = values;
+    spec.images_uint16 = as_uint16;
+    const std::string name = as_uint16 ? "u16" : "i32";
+    testing::write_array_dataset(dir.file(name + ".h5"), spec);
+    PrecomputeOptions o;
+    o.encoder = testing::fixture("single_scripted.pt");
+    o.dataset = dir.file(name + ".h5");
+    o.out = dir.file(name + "-cache.h5");
+    o.quiet = true;
+    o.fsync = false;
+    o.threads = 1;
+    o.batch_size = "2";
+    o.scale = 0.0001;
+    run_precompute(o);
+    caches.push_back(o.out);
+  }
+  const RowBatch a = CacheFileReader(caches[0]).read_rows(0, 2);
+  const RowBatch b = CacheFileReader(caches[1]).read_rows(0, 2);
+  REQUIRE(at::equal(a.levels[0], b.levels[0]));
+}

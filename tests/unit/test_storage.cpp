@@ -1,0 +1,175 @@
+#include "doctest_torch.hpp"
+
+#include <filesystem>
+#include <fstream>
+
+#include "embcache/core/error.hpp"
+#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_file_writer.hpp"
+#include "embcache/store/h5.hpp"
+#include "test_support.hpp"
+
+using namespace embcache;
+
+namespace {
+
+RowBatch make_rows(std::int64_t n, std::int64_t first, StorageDtype dtype, const at::Tensor& features) {
+  RowBatch rows;
+  for (std::int64_t i = 0; i < n; ++i) {
+    rows.groups.push_back("g");
+    rows.windows.push_back("w" + std::to_string(first + i));
+    rows.splits.push_back(i % 2 ? "val" : "train");
+    for (std::int64_t v : {first + i, std::int64_t(0), first + i + 4, std::int64_t(4)}) rows.bounds.push_back(v);
+    rows.pixel_hashes.push_back(std::uint64_t(first + i) * 0x9E3779B97F4A7C15ULL);
+  }
+  rows.levels.push_back(features.to(torch_type(dtype)).contiguous());
+  rows.label_class = at::arange(first, first + n, at::kLong);
+  return rows;
+}
+
+Signature test_signature(StorageDtype dtype) {
+  Signature s;
+  s["dtype"] = to_string(dtype);
+  s["levels"] = {"feat"};
+  s["labels"] = {{"class", true}};
+  return s;
+}
+
+LevelSpec feat_level(std::vector<std::int64_t> shape) {
+  LevelSpec level;
+  level.name = "feat";
+  level.row_shape = std::move(shape);
+  level.stride = 2;
+  return level;
+}
+
+}  // namespace
+
+TEST_CASE("stored float16 and bfloat16 are bit-identical to torch's conversion") {
+  testing::TempDir dir;
+  // Normal values, values that round, subnormals, overflow to inf, exact powers of two.
+  at::Tensor values = at::cat({at::randn({4096}) * 8, at::tensor({0.99979f, -7.998f, 1e-6f, 6.1e-5f, 65504.f, 1e9f, -0.0f}),
+                               at::rand({1024}) * 1e-7});
+  const std::int64_t n = values.numel() / 8 - 1;
+  values = values.slice(0, 0, n * 8).view({n, 8});
+  LabelKinds labels;
+  labels.has_class = true;
+  for (StorageDtype dtype : {StorageDtype::kFloat16, StorageDtype::kBFloat16, StorageDtype::kFloat32}) {
+    CAPTURE(to_string(dtype));
+    const std::string path = dir.file(to_string(dtype) + ".h5");
+    StorageOptions storage;
+    storage.dtype = dtype;
+    {
+      CacheFileWriter writer(path, test_signature(dtype), {feat_level({8})}, labels, storage);
+      writer.append(make_rows(n, 0, dtype, values));
+      writer.close();
+    }
+    CacheFileReader reader(path);
+    const RowBatch back = reader.read_rows(0, n);
+    const at::Tensor expected = values.to(torch_type(dtype));
+    // Compare bit patterns, not values: NaN/inf/-0 included.
+    const auto bits = dtype == StorageDtype::kFloat32 ? at::kInt : at::kShort;
+    REQUIRE(at::equal(back.levels[0].view(bits), expected.view(bits)));
+    REQUIRE(at::equal(back.label_class, at::arange(n, at::kLong)));
+    // The file type is the 16-bit float h5py understands (float16) or the bfloat16 layout.
+    h5::Handle ds = h5::open_dataset(reader.file(), "levels/feat");
+    h5::Handle type = h5::dataset_type(ds.get(), path);
+    REQUIRE(h5::describe_type(type.get()) == to_string(dtype));
+  }
+}
+
+TEST_CASE("cache files round-trip every column, across several appends") {
+  testing::TempDir dir;
+  const std::string path = dir.file("c.h5");
+  const at::Tensor f1 = at::randn({5, 3, 2, 2}), f2 = at::randn({7, 3, 2, 2});
+  LabelKinds labels;
+  labels.has_class = true;
+  StorageOptions storage;
+  storage.compression = Compression::parse("gzip:4");
+  {
+    CacheFileWriter writer(path, test_signature(StorageDtype::kFloat32), {feat_level({3, 2, 2})}, labels, storage, 12);
+    writer.append(make_rows(5, 0, StorageDtype::kFloat32, f1));
+    writer.append(make_rows(7, 5, StorageDtype::kFloat32, f2));
+    REQUIRE(writer.rows() == 12);
+    writer.close();
+  }
+  CacheFileReader reader(path);
+  REQUIRE(reader.rows() == 12);
+  REQUIRE(reader.levels().size() == 1);
+  REQUIRE(reader.levels()[0].row_shape == std::vector<std::int64_t>{3, 2, 2});
+  REQUIRE(reader.levels()[0].stride == 2);
+  REQUIRE(reader.storage().compression.to_string() == "gzip:4");
+  const RowBatch all = reader.read_rows(0, 12);
+  REQUIRE(at::equal(all.levels[0], at::cat({f1, f2})));
+  const CacheIndex index = reader.read_index();
+  REQUIRE(index.windows.size() == 12);
+  REQUIRE(index.windows[11] == "w11");
+  REQUIRE(index.splits[1] == "val");
+  REQUIRE(index.bounds[4 * 11] == 11);
+  REQUIRE(index.pixel_hashes[7] == 7 * 0x9E3779B97F4A7C15ULL);
+}
+
+TEST_CASE("chunks hold whole rows up to 1 MiB, and split huge rows by channel") {
+  const auto small = chunk_shape({16, 4, 4}, 4);  // 1 KiB rows
+  REQUIRE(small == std::vector<hsize_t>{1024, 16, 4, 4});
+  const auto vec = chunk_shape({1280}, 2);
+  REQUIRE(vec[0] == (1u << 20) / 2560);
+  const auto huge = chunk_shape({1024, 64, 64}, 4);  // 16 MiB rows
+  REQUIRE(huge[0] == 1);
+  REQUIRE(huge[1] * 64 * 64 * 4 <= (1u << 20));
+  REQUIRE(huge[2] == 64);
+}
+
+TEST_CASE("compression options parse, and unknown ones are usage errors") {
+  REQUIRE(Compression::parse("none").to_string() == "none");
+  REQUIRE(Compression::parse("gzip").to_string() == "gzip:1");
+  REQUIRE(Compression::parse("gzip:9").to_string() == "gzip:9");
+  REQUIRE(Compression::parse("lz4").to_string() == "lz4");
+  REQUIRE_THROWS_AS(Compression::parse("zip"), UsageError);
+  REQUIRE_THROWS_AS(Compression::parse("gzip:12"), UsageError);
+  REQUIRE_THROWS_AS(parse_storage_dtype("float64"), UsageError);
+}
+
+TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason") {
+  testing::TempDir dir;
+  try {
+    h5::open_file(dir.file("missing.h5"), false);
+    FAIL("expected an error");
+  } catch (const IoError& e) {
+    const std::string message = e.what();
+    REQUIRE(message.find("missing.h5") != std::string::npos);
+    REQUIRE(message.find("HDF5:") != std::string::npos);
+  }
+  h5::Handle file = h5::create_file(dir.file("x.h5"));
+  REQUIRE_FALSE(h5::exists(file.get(), "a/b"));
+  REQUIRE_THROWS_AS(h5::open_dataset(file.get(), "nope"), IoError);
+  std::ofstream(dir.file("text.h5")) << "not hdf5";
+  REQUIRE_FALSE(h5::is_hdf5(dir.file("text.h5")));
+  REQUIRE_THROWS_AS(CacheFileReader(dir.file("text.h5")), InputError);
+  // An HDF5 file that is not a cache.
+  REQUIRE_THROWS_AS(CacheFileReader(dir.file("x.h5")), InputError);
+}
+
+TEST_CASE("a flipped byte in a stored chunk is detected by its checksum") {
+  testing::TempDir dir;
+  const std::string path = dir.file("c.h5");
+  LabelKinds labels;
+  labels.has_class = true;
+  const at::Tensor f = at::full({64, 256}, 1.5f);
+  {
+    CacheFileWriter writer(path, test_signature(StorageDtype::kFloat32), {feat_level({256})}, labels, StorageOptions{}, 64);
+    writer.append(make_rows(64, 0, StorageDtype::kFloat32, f));
+    writer.close();
+  }
+  // Find the feature bytes (1.5f = 0x3fc00000) in the file and corrupt one.
+  std::fstream io(path, std::ios::in | std::ios::out | std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(io)), std::istreambuf_iterator<char>());
+  const std::string needle("\x00\x00\xc0\x3f\x00\x00\xc0\x3f", 8);
+  const auto at = bytes.find(needle);
+  REQUIRE(at != std::string::npos);
+  io.seekp(std::streamoff(at + 2));
+  io.put('\x01');
+  io.close();
+  CacheFileReader reader(path);
+  REQUIRE_THROWS_AS(reader.read_rows(0, 64), IoError);
+}

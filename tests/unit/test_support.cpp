@@ -1,0 +1,93 @@
+#include "test_support.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <stdexcept>
+
+#include "embcache/store/h5.hpp"
+
+namespace fs = std::filesystem;
+
+namespace embcache::testing {
+
+TempDir::TempDir() {
+  std::string pattern = (fs::temp_directory_path() / "embcache-test-XXXXXX").string();
+  if (mkdtemp(pattern.data()) == nullptr) throw std::runtime_error("mkdtemp failed");
+  path_ = pattern;
+}
+
+TempDir::~TempDir() {
+  std::error_code ec;
+  fs::remove_all(path_, ec);
+}
+
+namespace {
+
+hid_t native_type(const at::Tensor& t, bool as_uint16) {
+  if (as_uint16) return H5T_NATIVE_UINT16;
+  switch (t.scalar_type()) {
+    case at::kByte: return H5T_NATIVE_UINT8;
+    case at::kShort: return H5T_NATIVE_INT16;
+    case at::kInt: return H5T_NATIVE_INT32;
+    case at::kLong: return H5T_NATIVE_INT64;
+    case at::kFloat: return H5T_NATIVE_FLOAT;
+    case at::kDouble: return H5T_NATIVE_DOUBLE;
+    default: throw std::runtime_error("unsupported test tensor dtype");
+  }
+}
+
+void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor, bool as_uint16 = false) {
+  at::Tensor t = tensor.contiguous();
+  std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
+  h5::Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
+  const hid_t file_type = native_type(t, as_uint16);
+  h5::Handle ds(h5::check(H5Dcreate2(file, name.c_str(), file_type, space.get(), H5P_DEFAULT,
+                                     H5P_DEFAULT, H5P_DEFAULT), "create", name),
+                H5Dclose);
+  h5::check_status(H5Dwrite(ds.get(), native_type(t, false), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
+                   "write", name);
+}
+
+void write_strings(hid_t file, const std::string& name, const std::vector<std::string>& values) {
+  const hsize_t n = values.size();
+  h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  h5::Handle type = h5::vlen_utf8_type();
+  h5::Handle ds(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                H5Dclose);
+  std::vector<const char*> pointers;
+  for (const auto& v : values) pointers.push_back(v.c_str());
+  h5::check_status(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()), "write", name);
+}
+
+}  // namespace
+
+void write_array_dataset(const std::string& path, const ArrayDatasetSpec& spec) {
+  h5::Handle file = h5::create_file(path);
+  write_tensor(file.get(), "images", spec.images, spec.images_uint16);
+  if (!spec.names.empty()) write_strings(file.get(), "names", spec.names);
+  if (!spec.groups.empty()) write_strings(file.get(), "groups", spec.groups);
+  if (!spec.splits.empty()) write_strings(file.get(), "splits", spec.splits);
+  if (spec.labels.defined()) write_tensor(file.get(), "labels", spec.labels);
+  if (spec.masks.defined()) {
+    write_tensor(file.get(), "masks", spec.masks);
+    if (spec.ignore_index) {
+      h5::Handle ds = h5::open_dataset(file.get(), "masks");
+      h5::write_attr(ds.get(), "ignore_index", *spec.ignore_index);
+    }
+  }
+}
+
+void overwrite_image_row(const std::string& path, std::int64_t row, const at::Tensor& pixels) {
+  h5::Handle file = h5::open_file(path, true);
+  h5::Handle ds = h5::open_dataset(file.get(), "images");
+  at::Tensor p = pixels.contiguous();
+  h5::write_rows(ds.get(), native_type(p, false), hsize_t(row), 1, p.data_ptr(), path);
+}
+
+std::string fixture(const std::string& name) {
+  const char* dir = std::getenv("EMBCACHE_FIXTURES");
+  if (dir == nullptr) throw std::runtime_error("EMBCACHE_FIXTURES is not set; run the tests through ctest");
+  return std::string(dir) + "/" + name;
+}
+
+}  // namespace embcache::testing

@@ -1,0 +1,42 @@
+// Test helpers: a RAII temporary directory, small array datasets written with HDF5, fixtures.
+#pragma once
+
+#include <ATen/ATen.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace embcache::testing {
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  const std::string& path() const { return path_; }
+  std::string file(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+struct ArrayDatasetSpec {
+  at::Tensor images;                 // [N, C, H, W] uint8/int16/int32/float32 (written as is)
+  bool images_uint16 = false;        // write int32 `images` as uint16 on disk
+  std::vector<std::string> names, groups, splits;  // empty = omitted
+  at::Tensor labels;                 // int64 [N] or float32 [N] / [N, K]; undefined = omitted
+  at::Tensor masks;                  // int32 [N, H, W]; undefined = omitted
+  std::optional<std::int64_t> ignore_index;
+};
+
+void write_array_dataset(const std::string& path, const ArrayDatasetSpec& spec);
+// Overwrites pixel row `row` of /images (to simulate a dataset edited after caching).
+void overwrite_image_row(const std::string& path, std::int64_t row, const at::Tensor& pixels);
+
+// Directory holding the encoders exported by tests/python/fixtures.py (set by ctest).
+std::string fixture(const std::string& name);
+
+}  // namespace embcache::testing
