@@ -1,5 +1,6 @@
 #include "embcache/pipeline/cancellation.hpp"
 
+#include <hdf5.h>
 #include <malloc.h>
 #include <unistd.h>
 
@@ -35,6 +36,10 @@ bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
 void clear_stop_request() { g_stop = false; }
 
 void tune_process() {
+  // HDF5's exit handler closes files still open; after a failed write (disk full) it crashes
+  // there. Every file embcache trusts is closed explicitly before use, and files still open at
+  // exit are discarded segments, so the handler is not needed.
+  H5dont_atexit();
   mallopt(M_MMAP_MAX, 0);
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   std::signal(SIGXFSZ, SIG_IGN);

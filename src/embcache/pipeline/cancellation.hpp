@@ -12,7 +12,7 @@ void clear_stop_request();
 
 // Process settings every embcache command wants: glibc malloc keeps large blocks instead of
 // unmapping them on free (2-4x CPU encoder speed, shared/TOOLCHAIN.md gotcha 5), and writes
-// past a file-size limit fail with EFBIG instead of killing the process.
+// past a file-size limit fail with EFBIG instead of killing the process. Call before any HDF5 use.
 void tune_process();
 
 }  // namespace embcache

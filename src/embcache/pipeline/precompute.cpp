@@ -386,7 +386,6 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
 
   // Stage 2: crop, hash, skip what is cached, normalise.
   std::thread prep_thread = stage(ctx, [&] {
-    at::set_num_threads(1);
     const auto& committed = store.committed();
     while (auto raw = raw_queue.pop()) {
       auto t0 = Clock::now();
@@ -420,6 +419,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
 
   // Stage 3: batch and encode.
   std::thread encode_thread = stage(ctx, [&] {
+    // Only this thread sets the intra-op thread count: in LibTorch it is partly process-wide, and
+    // a second setter would race it (features differ in the last bit between thread counts).
     at::set_num_threads(opt.threads);
     std::vector<std::size_t> selected;
     std::vector<LevelSpec> specs;
@@ -432,8 +433,20 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       if (hooks.on_encoder_call) hooks.on_encoder_call(batch.size(0));
       return out;
     };
+    std::size_t batch = 0;  // fixed once chosen
     auto emit = [&](std::vector<CropItem> items) {
-      EncoderOutput out = run(stack_inputs(items, 0, items.size()));
+      at::Tensor inputs = stack_inputs(items, 0, items.size());
+      const std::int64_t n = inputs.size(0);
+      // A short last batch is padded to the full size and cut back: every call has one shape,
+      // so a crop's features never depend on where batch boundaries fell (reruns after a crash
+      // give bit-identical features).
+      if (batch > 0 && std::size_t(n) < batch) {
+        inputs = at::cat({inputs, at::zeros({std::int64_t(batch) - n, inputs.size(1), inputs.size(2), inputs.size(3)})});
+      }
+      EncoderOutput out = run(inputs);
+      if (inputs.size(0) != n) {
+        for (auto& level : out.levels) level = level.slice(0, 0, n);
+      }
       if (specs.empty()) {
         selected = select_levels(out, opt.level_request);
         const std::int64_t h = items.front().input.size(1);
@@ -499,7 +512,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         chosen_batch = std::int64_t(pending.size());
       }
     }
-    const std::size_t batch = std::size_t(std::max<std::int64_t>(chosen_batch, 1));
+    batch = std::size_t(std::max<std::int64_t>(chosen_batch, 1));
     while (true) {
       while (pending.size() >= batch) {
         std::vector<CropItem> items(std::make_move_iterator(pending.begin()),
@@ -521,7 +534,6 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
 
   // Stage 4: check, convert to the storage dtype (by torch, never HDF5), gather labels.
   std::thread convert_thread = stage(ctx, [&] {
-    at::set_num_threads(1);
     const at::ScalarType target = torch_type(opt.storage.dtype);
     std::vector<LevelSpec> specs;
     while (auto encoded = encoded_queue.pop()) {

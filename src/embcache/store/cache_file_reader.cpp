@@ -9,13 +9,13 @@ namespace embcache {
 CacheFileReader::CacheFileReader(std::string path) : path_(std::move(path)) {
   if (!h5::is_hdf5(path_)) {
     throw InputError(path_ + ": not an HDF5 file, so not an embcache cache; pass a file written "
-                             "by 'embcache precompute' (or use --overwrite to replace it)");
+                             "by 'embcache precompute' or a new path");
   }
   file_ = h5::open_file(path_, false);
   const auto format = h5::read_attr_int(file_.get(), "embcache_format");
   if (!format) {
     throw InputError(path_ + ": HDF5 file without the embcache_format attribute, so not an "
-                             "embcache cache; choose another --out (or --overwrite to replace it)");
+                             "embcache cache; choose another --out");
   }
   if (*format > kCacheFormatVersion) {
     throw InputError(path_ + ": cache format " + std::to_string(*format) +

@@ -43,6 +43,16 @@ herr_t collect_innermost(unsigned, const H5E_error2_t* entry, void* out) {
 std::string last_error_message() {
   std::string message;
   H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_innermost, &message);
+  // Low-level I/O errors carry a long multi-line record; the OS reason is the useful part.
+  const std::string marker = "error message = '";
+  const auto at = message.find(marker);
+  if (at != std::string::npos) {
+    const auto end = message.find('\'', at + marker.size());
+    message = message.substr(at + marker.size(), end == std::string::npos ? std::string::npos : end - at - marker.size());
+  }
+  for (char& c : message) {
+    if (c == '\n' || c == '\r') c = ' ';
+  }
   return message;
 }
 
