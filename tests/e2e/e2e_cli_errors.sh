@@ -39,7 +39,12 @@ expect_error 3 "not an HDF5 file" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt"
 # Outputs
 expect_error 4 "does not exist" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out missing/dir/c.h5
 expect_error 3 "not an embcache cache" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out text.h5
-expect_error 3 "not an embcache cache" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out data.h5
+expect_error 2 "is the dataset itself" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out data.h5
+cp data.h5 other-data.h5
+expect_error 3 "never replaces other files" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out other-data.h5 --overwrite
+expect_error 3 "never replaces other files" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out text.h5 --overwrite
+cmp -s data.h5 other-data.h5 || fail "--overwrite touched a file that is not a cache"
+[[ $(cat text.h5) == "not hdf5" ]] || fail "--overwrite touched a text file"
 "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out good.h5 >/dev/null
 expect_error 3 "different encoder_sha256" "${RUN[@]}" --encoder "$ENC/multi_traced.pt" --dataset data.h5 --out good.h5
 expect_error 3 "not an embcache cache" "$EMBCACHE" inspect data.h5

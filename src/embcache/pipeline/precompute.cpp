@@ -254,6 +254,11 @@ std::string PrecomputeSummary::one_line() const {
 PrecomputeSummary run_precompute(const PrecomputeOptions& options, const PrecomputeHooks& hooks) {
   const auto started = Clock::now();
   const Resolved opt = resolve(options);
+  std::error_code same_ec;
+  if (std::filesystem::exists(options.out) &&
+      std::filesystem::equivalent(options.out, options.dataset, same_ec)) {
+    throw UsageError("--out " + options.out + " is the dataset itself; choose another path for the cache");
+  }
   std::unique_ptr<WindowSource> source = open_array_dataset(options.dataset);
   const std::int64_t channels = source->channels();
   for (std::int64_t band : opt.cropper.bands) {
@@ -542,7 +547,9 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       RowBatch rows;
       for (std::size_t k = 0; k < encoded->levels.size(); ++k) {
         at::Tensor stored = encoded->levels[k].to(target);
-        if (!options.allow_nonfinite) {
+        // One reduction pass: NaN/Inf anywhere makes the sum non-finite. Only then (or when huge
+        // finite values overflow the sum) is the exact per-row check paid.
+        if (!options.allow_nonfinite && !std::isfinite(stored.sum(at::kDouble).item<double>())) {
           const at::Tensor bad = at::isfinite(stored).logical_not().flatten(1).any(1);
           if (bad.any().item<bool>()) {
             const std::int64_t row = bad.nonzero()[0][0].item<std::int64_t>();

@@ -31,7 +31,7 @@ struct PrecomputeOptions {
   bool quiet = false;
   std::string summary_json;
   double commit_seconds = 30.0;
-  std::int64_t segment_mb = 256;
+  std::int64_t segment_mb = 1024;
   bool fsync = true;
 };
 

@@ -1,6 +1,9 @@
 #include "embcache/store/cache_file_writer.hpp"
 
+#include <cstring>
+
 #include "embcache/core/error.hpp"
+#include "embcache/store/fletcher32.hpp"
 
 namespace embcache {
 namespace {
@@ -42,6 +45,11 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
 
   storage_type_ = hdf5_type(storage_.dtype);
   h5::create_group(root, cache_paths::kLevels);
+  const std::size_t elem = element_size(storage_.dtype);
+  chunk_rows_ = hsize_t(1) << 30;
+  for (const LevelSpec& level : levels_) {
+    chunk_rows_ = std::min(chunk_rows_, capped(chunk_shape(level.row_shape, elem))[0]);
+  }
   for (const LevelSpec& level : levels_) {
     const std::string name = std::string(cache_paths::kLevels) + "/" + level.name;
     std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED};
@@ -52,7 +60,8 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     h5::Handle space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), maxdims.data()),
                                "cannot create dataspace for", name),
                      H5Sclose);
-    const auto chunk = capped(chunk_shape(level.row_shape, element_size(storage_.dtype)));
+    std::vector<hsize_t> chunk = chunk_shape(level.row_shape, elem);
+    chunk[0] = std::min(chunk[0], chunk_rows_);
     h5::Handle dcpl = feature_create_plist(chunk, storage_);
     h5::Handle ds(h5::check(H5Dcreate2(root, name.c_str(), storage_type_.get(), space.get(),
                                        H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
@@ -62,6 +71,13 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     h5::write_attr(ds.get(), "channels", level.row_shape.empty() ? 0 : level.row_shape[0]);
     h5::write_attr(ds.get(), "stride", level.stride);
     level_datasets_.push_back(std::move(ds));
+    DirectLevel direct;
+    direct.row_bytes = elem;
+    for (auto d : level.row_shape) direct.row_bytes *= std::size_t(d);
+    const bool whole_rows = level.row_shape.empty() || chunk[1] == hsize_t(level.row_shape[0]);
+    direct.enabled = whole_rows && storage_.checksum && storage_.compression.kind == Compression::Kind::kNone;
+    if (direct.enabled) direct.pending.resize(chunk[0] * direct.row_bytes + 4);
+    direct_.push_back(std::move(direct));
   }
   if (labels_.has_class) {
     label_class_ = create_column(cache_paths::kLabelClass, H5T_STD_I64LE, {}, kColumnChunkRows);
@@ -135,9 +151,13 @@ void CacheFileWriter::append(const RowBatch& batch) {
     if (t.scalar_type() != torch_type(storage_.dtype)) {
       throw Error(ExitCode::kInternal, "level " + levels_[i].name + " is not in the storage dtype");
     }
-    // The memory type equals the file type: HDF5 copies bytes, it never converts floats.
-    h5::append_rows(level_datasets_[i].get(), storage_type_.get(), n, t.data_ptr(),
-                    path_ + ":/levels/" + levels_[i].name);
+    if (direct_[i].enabled) {
+      append_direct(i, static_cast<const std::uint8_t*>(t.data_ptr()), n);
+    } else {
+      // The memory type equals the file type: HDF5 copies bytes, it never converts floats.
+      h5::append_rows(level_datasets_[i].get(), storage_type_.get(), n, t.data_ptr(),
+                      path_ + ":/levels/" + levels_[i].name);
+    }
     feature_bytes_ += std::int64_t(t.nbytes());
   }
   if (labels_.has_class) {
@@ -159,8 +179,52 @@ void CacheFileWriter::append(const RowBatch& batch) {
   rows_ += std::int64_t(n);
 }
 
+void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows) {
+  DirectLevel& d = direct_[level];
+  const std::size_t chunk_rows = (d.pending.size() - 4) / d.row_bytes;
+  while (rows > 0) {
+    const std::size_t take = std::min(rows, chunk_rows - d.pending_rows);
+    std::memcpy(d.pending.data() + d.pending_rows * d.row_bytes, data, take * d.row_bytes);
+    d.pending_rows += take;
+    data += take * d.row_bytes;
+    rows -= take;
+    if (d.pending_rows == chunk_rows) write_pending_chunk(level);
+  }
+}
+
+void CacheFileWriter::write_pending_chunk(std::size_t level) {
+  DirectLevel& d = direct_[level];
+  const std::string where = path_ + ":/levels/" + levels_[level].name;
+  const hid_t ds = level_datasets_[level].get();
+  const std::size_t data_bytes = d.pending.size() - 4;
+  std::vector<hsize_t> dims = h5::dataset_dims(ds, where);
+  dims[0] = hsize_t(d.rows_written) + d.pending_rows;
+  h5::check_status(H5Dset_extent(ds, dims.data()), "cannot extend", where);
+  const std::uint32_t sum = fletcher32(d.pending.data(), data_bytes);
+  for (int b = 0; b < 4; ++b) d.pending[data_bytes + std::size_t(b)] = std::uint8_t(sum >> (8 * b));
+  std::vector<hsize_t> offset(dims.size(), 0);
+  offset[0] = hsize_t(d.rows_written);
+  h5::check_status(H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset.data(), d.pending.size(), d.pending.data()),
+                   "cannot write a chunk of", where);
+  d.rows_written += std::int64_t(d.pending_rows);
+  d.pending_rows = 0;
+}
+
+void CacheFileWriter::flush_pending_rows(std::size_t level) {
+  DirectLevel& d = direct_[level];
+  if (d.pending_rows == 0) return;
+  // A partial last chunk: HDF5 writes it (and its checksum) the usual way.
+  h5::append_rows(level_datasets_[level].get(), storage_type_.get(), d.pending_rows, d.pending.data(),
+                  path_ + ":/levels/" + levels_[level].name);
+  d.rows_written += std::int64_t(d.pending_rows);
+  d.pending_rows = 0;
+}
+
 void CacheFileWriter::close() {
   if (!file_) return;
+  for (std::size_t i = 0; i < direct_.size(); ++i) {
+    if (direct_[i].enabled) flush_pending_rows(i);
+  }
   h5::flush(file_.get(), path_);
   group_.reset(); window_.reset(); split_.reset(); bounds_.reset(); pixel_hash_.reset();
   level_datasets_.clear();

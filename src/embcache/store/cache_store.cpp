@@ -29,6 +29,7 @@ std::string errno_text() { return std::strerror(errno); }
 constexpr const char* kSegmentPrefix = "seg-";
 constexpr const char* kSegmentSuffix = ".h5";
 constexpr const char* kPartialSuffix = ".partial";
+constexpr std::int64_t kRenameSegmentBytes = std::int64_t(64) << 20;
 
 std::string key_of(const CacheIndex& index, std::size_t row) {
   CropKey key{index.groups[row], index.windows[row],
@@ -111,6 +112,8 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
   // Leftovers of a crashed run are never trusted: a half-written consolidation or segment.
   remove_quietly(path_ + ".tmp");
   if (overwrite) {
+    // --overwrite replaces caches only: a typo must never delete a dataset or other file.
+    if (fs::exists(path_)) CacheFileReader check(path_);
     std::error_code ec;
     fs::remove_all(segments_dir_, ec);
     if (fs::exists(path_)) {
@@ -255,6 +258,26 @@ ConsolidateStats CacheStore::consolidate() {
   ConsolidateStats stats;
   if (segments_.empty()) return stats;
   const double started = now_seconds();
+
+  // The common first run: one committed segment and nothing else. Segments are complete cache
+  // files, so when it needs no recompression (and is big enough that its chunks are not mostly
+  // padding) it becomes the cache by rename, without copying a byte.
+  if (!main_exists_ && segments_.size() == 1 && storage_.compression.kind == Compression::Kind::kNone &&
+      std::int64_t(fs::file_size(segments_.front())) >= kRenameSegmentBytes) {
+    if (policy_.fsync) sync_path(segments_.front());
+    if (::rename(segments_.front().c_str(), path_.c_str()) != 0) {
+      throw IoError("cannot rename " + segments_.front() + " to " + path_ + ": " + errno_text());
+    }
+    if (policy_.fsync) sync_path(fs::absolute(path_).parent_path().string());
+    main_exists_ = true;
+    stats.rows = CacheFileReader(path_).rows();
+    segments_.clear();
+    std::error_code ec;
+    fs::remove(segments_dir_, ec);
+    stats.bytes = std::int64_t(fs::file_size(path_));
+    stats.seconds = now_seconds() - started;
+    return stats;
+  }
 
   std::vector<std::string> sources;
   if (main_exists_) sources.push_back(path_);

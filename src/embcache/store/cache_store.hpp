@@ -16,7 +16,7 @@
 namespace embcache {
 
 struct CommitPolicy {
-  std::int64_t segment_bytes = std::int64_t(256) << 20;  // commit when a segment holds this much
+  std::int64_t segment_bytes = std::int64_t(1) << 30;    // commit when a segment holds this much
   double segment_seconds = 30.0;                         // ... or is this old
   bool fsync = true;                                     // survive power loss, not only SIGKILL
 };

@@ -1,0 +1,86 @@
+#include "doctest_torch.hpp"
+
+#include <chrono>
+
+#include "embcache/store/fletcher32.hpp"
+#include "embcache/store/h5.hpp"
+#include "embcache/store/storage_options.hpp"
+#include "test_support.hpp"
+
+using namespace embcache;
+
+namespace {
+
+// HDF5's reference loop, written out as in its H5checksum.c, for comparison on edge cases.
+std::uint32_t reference_fletcher32(const std::uint8_t* data, std::size_t size) {
+  std::size_t len = size / 2;
+  std::uint32_t sum1 = 0, sum2 = 0;
+  while (len) {
+    std::size_t tlen = len > 360 ? 360 : len;
+    len -= tlen;
+    do {
+      sum1 += (std::uint32_t(data[0]) << 8) | data[1];
+      data += 2;
+      sum2 += sum1;
+    } while (--tlen);
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  }
+  if (size % 2) {
+    sum1 += std::uint32_t(*data) << 8;
+    sum2 += sum1;
+    sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+    sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  }
+  sum1 = (sum1 & 0xffff) + (sum1 >> 16);
+  sum2 = (sum2 & 0xffff) + (sum2 >> 16);
+  return (sum2 << 16) | sum1;
+}
+
+}  // namespace
+
+TEST_CASE("fletcher32 equals the checksum HDF5 itself stores with each chunk") {
+  testing::TempDir dir;
+  h5::Handle file = h5::create_file(dir.file("f.h5"));
+  const hsize_t dims[2] = {64, 1000}, chunk[2] = {16, 1000};
+  h5::Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  StorageOptions options;
+  h5::Handle dcpl = feature_create_plist({chunk[0], chunk[1]}, options);
+  h5::Handle ds(H5Dcreate2(file.get(), "x", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                H5Dclose);
+  const at::Tensor values = at::randn({64, 1000});
+  values[3][7] = 65535.0f;  // patterns whose sums hit the 0 / 65535 folding edge somewhere
+  h5::write_rows(ds.get(), H5T_NATIVE_FLOAT, 0, 64, values.data_ptr(), "x");
+  H5Fflush(file.get(), H5F_SCOPE_LOCAL);
+  for (hsize_t c = 0; c < 4; ++c) {
+    const hsize_t offset[2] = {c * 16, 0};
+    hsize_t stored = 0;
+    REQUIRE(H5Dget_chunk_storage_size(ds.get(), offset, &stored) >= 0);
+    REQUIRE(stored == 16 * 1000 * 4 + 4);
+    std::vector<std::uint8_t> raw(stored);
+    std::uint32_t filters = 0;
+    REQUIRE(H5Dread_chunk(ds.get(), H5P_DEFAULT, offset, &filters, raw.data()) >= 0);
+    const std::uint32_t hdf5 = std::uint32_t(raw[stored - 4]) | (std::uint32_t(raw[stored - 3]) << 8) |
+                               (std::uint32_t(raw[stored - 2]) << 16) | (std::uint32_t(raw[stored - 1]) << 24);
+    REQUIRE(fletcher32(raw.data(), stored - 4) == hdf5);
+  }
+}
+
+TEST_CASE("fletcher32 matches HDF5's loop on every length and on saturated data") {
+  std::vector<std::uint8_t> bytes(5000);
+  for (std::size_t i = 0; i < bytes.size(); ++i) bytes[i] = std::uint8_t((i * 131 + 7) ^ (i >> 3));
+  for (std::size_t n : {0, 1, 2, 3, 719, 720, 721, 722, 1441, 4999, 5000}) {
+    CAPTURE(n);
+    REQUIRE(fletcher32(bytes.data(), n) == reference_fletcher32(bytes.data(), n));
+  }
+  std::vector<std::uint8_t> ones(100000, 0xff), zeros(100000, 0);
+  REQUIRE(fletcher32(ones.data(), ones.size()) == reference_fletcher32(ones.data(), ones.size()));
+  REQUIRE(fletcher32(zeros.data(), zeros.size()) == reference_fletcher32(zeros.data(), zeros.size()));
+  // Fast enough to checksum at memory speed.
+  std::vector<std::uint8_t> big(64 << 20, 0x5a);
+  const auto t0 = std::chrono::steady_clock::now();
+  volatile std::uint32_t sink = fletcher32(big.data(), big.size());
+  (void)sink;
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  MESSAGE("fletcher32: " << (64.0 / 1024.0) / seconds << " GiB/s");
+}
