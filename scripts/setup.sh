@@ -10,6 +10,7 @@ PACKAGES=(
   libhdf5-dev hdf5-tools hdf5-filter-plugin hdf5-filter-plugin-blosc-serial
   libcli11-dev nlohmann-json3-dev doctest-dev
   python3-torch python3-h5py python3-numpy
+  dataset-fashion-mnist
 )
 
 missing=()

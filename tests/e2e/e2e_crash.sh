@@ -27,6 +27,7 @@ PY
 }
 
 kills=0
+cycles=0
 for ((k = 1; k <= KILLS; k++)); do
   "$EMBCACHE" precompute "${OPTS[@]}" --out cache.h5 >/dev/null 2>run.err &
   pid=$!
@@ -40,10 +41,20 @@ for ((k = 1; k <= KILLS; k++)); do
     4) grep -q "being written" inspect.err || fail "reader: $(cat inspect.err)" ;;
     *) fail "reader during a write: exit $rc: $(cat inspect.err)" ;;
   esac
-  if kill -9 "$pid" 2>/dev/null; then kills=$((kills + 1)); fi
-  wait "$pid" || true
-  check_readable || fail "cache unreadable after kill $k (delay $delay)"
-  echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.segments 2>/dev/null | wc -l) segment files pending"
+  if kill -9 "$pid" 2>/dev/null; then
+    kills=$((kills + 1))
+    wait "$pid" || true
+    check_readable || fail "cache unreadable after kill $k (delay $delay)"
+    echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.segments 2>/dev/null | wc -l) segment files pending"
+  else
+    # The run finished before the kill: the cycle is complete. Check it, then start over so
+    # later kills land mid-run again.
+    wait "$pid" || fail "run $k failed: $(cat run.err)"
+    fx same reference.h5 cache.h5 >/dev/null || fail "cycle ending at run $k: cache differs from the reference"
+    cycles=$((cycles + 1))
+    echo "run $k finished before the kill: cache identical to the reference; starting a new cycle"
+    rm -rf cache.h5 cache.h5.segments
+  fi
 done
 [[ $kills -ge 1 ]] || fail "no run was killed; the workload is too small for this machine"
 
@@ -51,4 +62,4 @@ done
 fx same reference.h5 cache.h5
 [[ ! -e cache.h5.segments ]] || fail "segments left after a finished run"
 [[ ! -e cache.h5.lock && ! -e cache.h5.tmp ]] || fail "lock or tmp file left after a finished run"
-echo "e2e_crash: $kills kills, final cache identical to the uninterrupted run"
+echo "e2e_crash: $kills kills over $((cycles + 1)) cycles, final cache identical to the uninterrupted run"

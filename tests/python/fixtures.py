@@ -63,35 +63,23 @@ class Light(nn.Module):
 
 
 class Heavy(nn.Module):
-    """Compute-bound benchmark encoder: a small ResNet-like stack, two levels."""
+    """Compute-bound encoder: stem, `depth` 3x3 convs at width w1, downsample, `depth` at w2.
+    The test fixture is small (48/96, depth 4); the benchmark's is ResNet-18-like (64/128, 6)."""
 
-    def __init__(self, in_ch: int = 3):
+    def __init__(self, in_ch: int = 3, w1: int = 48, w2: int = 96, depth: int = 4, pooled: bool = False):
         super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(in_ch, 48, 3, stride=2, padding=1), nn.ReLU())
-        self.block1 = nn.Sequential(*[nn.Sequential(nn.Conv2d(48, 48, 3, padding=1), nn.ReLU()) for _ in range(4)])
-        self.down = nn.Sequential(nn.Conv2d(48, 96, 3, stride=2, padding=1), nn.ReLU())
-        self.block2 = nn.Sequential(*[nn.Sequential(nn.Conv2d(96, 96, 3, padding=1), nn.ReLU()) for _ in range(4)])
+        self.pooled = pooled
+        self.stem = nn.Sequential(nn.Conv2d(in_ch, w1, 3, stride=2, padding=1), nn.ReLU())
+        self.block1 = nn.Sequential(*[nn.Sequential(nn.Conv2d(w1, w1, 3, padding=1), nn.ReLU()) for _ in range(depth)])
+        self.down = nn.Sequential(nn.Conv2d(w1, w2, 3, stride=2, padding=1), nn.ReLU())
+        self.block2 = nn.Sequential(*[nn.Sequential(nn.Conv2d(w2, w2, 3, padding=1), nn.ReLU()) for _ in range(depth)])
 
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
         a = self.block1(self.stem(x))
         b = self.block2(self.down(a))
+        if self.pooled:
+            return [a, b, b.mean(dim=(2, 3))]
         return [a, b]
-
-
-class BenchHeavy(nn.Module):
-    """Benchmark-only compute-bound encoder (~ResNet-18 cost per pixel): 64- and 128-wide stages."""
-
-    def __init__(self, in_ch: int = 3):
-        super().__init__()
-        self.stem = nn.Sequential(nn.Conv2d(in_ch, 64, 3, stride=2, padding=1), nn.ReLU())
-        self.block1 = nn.Sequential(*[nn.Sequential(nn.Conv2d(64, 64, 3, padding=1), nn.ReLU()) for _ in range(6)])
-        self.down = nn.Sequential(nn.Conv2d(64, 128, 3, stride=2, padding=1), nn.ReLU())
-        self.block2 = nn.Sequential(*[nn.Sequential(nn.Conv2d(128, 128, 3, padding=1), nn.ReLU()) for _ in range(6)])
-
-    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
-        a = self.block1(self.stem(x))
-        b = self.block2(self.down(a))
-        return [a, b, b.mean(dim=(2, 3))]
 
 
 class BadRank(nn.Module):
@@ -140,7 +128,7 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(Single(in_ch).eval()), os.path.join(out_dir, "single_scripted.pt"))
     torch.jit.save(torch.jit.script(Light(in_ch).eval()), os.path.join(out_dir, "light.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch).eval()), os.path.join(out_dir, "heavy.pt"))
-    torch.jit.save(torch.jit.script(BenchHeavy(in_ch).eval()), os.path.join(out_dir, "bench_heavy.pt"))
+    torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))
     for name, module in [("bad_rank", BadRank()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
                          ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges())]:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))

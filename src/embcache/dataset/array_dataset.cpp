@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <filesystem>
 #include <unordered_map>
 
 #include "embcache/core/error.hpp"
@@ -35,6 +36,10 @@ std::optional<PixelType> pixel_type_for(hid_t file_type) {
 class ArrayDataset final : public WindowSource {
  public:
   explicit ArrayDataset(const std::string& path) : path_(path) {
+    if (std::filesystem::is_directory(path)) {
+      throw InputError(path + ": is a directory; rslearn window directories are not supported yet, "
+                              "only array datasets (HDF5, see docs/dataset-formats.md)");
+    }
     if (!h5::is_hdf5(path)) {
       throw InputError(path + ": not an HDF5 file (or missing); expected an array dataset "
                               "with /images [N, C, H, W] (see docs/dataset-formats.md)");

@@ -264,16 +264,8 @@ ConsolidateStats CacheStore::consolidate() {
   // padding) it becomes the cache by rename, without copying a byte.
   if (!main_exists_ && segments_.size() == 1 && storage_.compression.kind == Compression::Kind::kNone &&
       std::int64_t(fs::file_size(segments_.front())) >= kRenameSegmentBytes) {
-    if (policy_.fsync) sync_path(segments_.front());
-    if (::rename(segments_.front().c_str(), path_.c_str()) != 0) {
-      throw IoError("cannot rename " + segments_.front() + " to " + path_ + ": " + errno_text());
-    }
-    if (policy_.fsync) sync_path(fs::absolute(path_).parent_path().string());
-    main_exists_ = true;
+    install_as_cache(segments_.front());
     stats.rows = CacheFileReader(path_).rows();
-    segments_.clear();
-    std::error_code ec;
-    fs::remove(segments_dir_, ec);
     stats.bytes = std::int64_t(fs::file_size(path_));
     stats.seconds = now_seconds() - started;
     return stats;
@@ -327,27 +319,34 @@ ConsolidateStats CacheStore::consolidate() {
     stats.rows = writer.rows();
     writer.close();
     readers.clear();
-    if (policy_.fsync) sync_path(tmp);
   } catch (...) {
     remove_quietly(tmp);
     throw;
   }
-  if (::rename(tmp.c_str(), path_.c_str()) != 0) {
-    const std::string reason = errno_text();
+  try {
+    install_as_cache(tmp);
+  } catch (...) {
     remove_quietly(tmp);
-    throw IoError("cannot rename " + tmp + " to " + path_ + ": " + reason);
+    throw;
   }
-  const std::string dir = fs::absolute(path_).parent_path().string();
-  if (policy_.fsync) sync_path(dir);
+  stats.bytes = std::int64_t(fs::file_size(path_));
+  stats.seconds = now_seconds() - started;
+  return stats;
+}
+
+void CacheStore::install_as_cache(const std::string& file) {
+  // rename() is the commit: before it the old cache is intact, after it the new one is complete.
+  if (policy_.fsync) sync_path(file);
+  if (::rename(file.c_str(), path_.c_str()) != 0) {
+    throw IoError("cannot rename " + file + " to " + path_ + ": " + errno_text());
+  }
+  if (policy_.fsync) sync_path(fs::absolute(path_).parent_path().string());
   main_exists_ = true;
-  // The consolidated file now holds every committed row; the segments are redundant.
+  // The cache now holds every committed row; the segments are redundant.
   for (const auto& segment : segments_) remove_quietly(segment);
   segments_.clear();
   std::error_code ec;
   fs::remove(segments_dir_, ec);
-  stats.bytes = std::int64_t(fs::file_size(path_));
-  stats.seconds = now_seconds() - started;
-  return stats;
 }
 
 }  // namespace embcache

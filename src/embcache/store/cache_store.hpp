@@ -67,6 +67,8 @@ class CacheStore {
   // The levels written from now on; also recorded in the signature's "levels".
   void adopt_levels(std::vector<LevelSpec> levels);
   std::string segment_path(std::int64_t number) const;
+  // Syncs `file`, renames it over the cache and drops the (now redundant) segments.
+  void install_as_cache(const std::string& file);
 
   std::string path_;
   std::string segments_dir_;
