@@ -87,6 +87,11 @@ class BadRank(nn.Module):
         return x.mean(dim=3)
 
 
+class BadRank5(nn.Module):
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        return [x, x.unsqueeze(1)]
+
+
 class BadBatch(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x[:1]
@@ -129,7 +134,7 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(Light(in_ch).eval()), os.path.join(out_dir, "light.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch).eval()), os.path.join(out_dir, "heavy.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))
-    for name, module in [("bad_rank", BadRank()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
+    for name, module in [("bad_rank", BadRank()), ("bad_rank5", BadRank5()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
                          ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges())]:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))
     with open(os.path.join(out_dir, "not_torchscript.pt"), "wb") as f:

@@ -247,6 +247,7 @@ TEST_CASE("bad encoders: one clear error each, and no cache written") {
   for (const Case& c : {Case{"not_torchscript.pt", "not a loadable TorchScript"},
                         Case{"missing.pt", "encoder file not found"},
                         Case{"bad_rank.pt", "3 dimensions"},
+                        Case{"bad_rank5.pt", "output [1] has 5 dimensions"},
                         Case{"bad_batch.pt", "batch dimension 1"},
                         Case{"bad_type.pt", "Int"},
                         Case{"shape_changes.pt", "changed shape between batches"},

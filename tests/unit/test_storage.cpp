@@ -173,3 +173,22 @@ TEST_CASE("a flipped byte in a stored chunk is detected by its checksum") {
   CacheFileReader reader(path);
   REQUIRE_THROWS_AS(reader.read_rows(0, 64), IoError);
 }
+
+TEST_CASE("signature differences name deciding fields only") {
+  Signature a;
+  a["encoder_sha256"] = "aa";
+  a["dtype"] = "float16";
+  a["preprocessing"] = {{"scale", 1.0}, {"mean", {0.0}}, {"std", {1.0}}};
+  a["embcache_version"] = "0.1.0";
+  a["encoder_path"] = "/a/enc.pt";
+  a["levels"] = {"0", "1"};
+  Signature b = a;
+  b["embcache_version"] = "9.9.9";  // informational
+  b["encoder_path"] = "/b/enc.pt";  // informational: the same file may move
+  b["levels"] = {"0"};              // derived from levels_requested and the encoder
+  REQUIRE(signature_differences(a, b).empty());
+  b["dtype"] = "float32";
+  b["preprocessing"]["mean"] = {0.5};
+  b["bands"] = {2, 1, 0};           // present in one only
+  REQUIRE(signature_differences(a, b) == std::vector<std::string>{"bands", "dtype", "preprocessing"});
+}
