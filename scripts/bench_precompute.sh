@@ -14,7 +14,7 @@ PY=/usr/bin/python3
 FX=tests/python/fixtures.py
 $PY $FX encoders "$WORK/enc"
 [[ -f $WORK/light.h5 ]] || $PY $FX dataset "$WORK/light.h5" --n 1000 --height 64 --width 64 --dtype uint8
-[[ -f $WORK/heavy.h5 ]] || $PY $FX dataset "$WORK/heavy.h5" --n 150 --height 96 --width 96 --dtype uint8
+[[ -f $WORK/heavy.h5 ]] || $PY $FX dataset "$WORK/heavy.h5" --n 600 --height 96 --width 96 --dtype uint8
 BENCH=$BUILD/bench/bench_precompute
 
 run() {  # run LABEL ENCODER DATASET [options]
