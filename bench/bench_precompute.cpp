@@ -6,6 +6,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -44,6 +46,11 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Same OpenMP setting as `embcache precompute` (see apps/embcache/main.cpp).
+  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
+    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
+    execv("/proc/self/exe", argv);
+  }
   embcache::tune_process();
   CLI::App app{"embcache precompute benchmark"};
   embcache::PrecomputeOptions options;
@@ -57,6 +64,7 @@ int main(int argc, char** argv) {
   app.add_option("--segment-mb", options.segment_mb);
   app.add_flag("!--fsync-off", options.fsync);
   app.add_option("--plain-write-mb", plain_mb);
+  app.add_option("--stage-priority", options.stage_priority);
   CLI11_PARSE(app, argc, argv);
   options.overwrite = true;
   options.quiet = true;

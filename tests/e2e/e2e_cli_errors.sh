@@ -22,6 +22,7 @@ RUN=("$EMBCACHE" precompute --quiet --no-fsync --batch-size 4)
 expect_error 2 "encoder is required" "$EMBCACHE" precompute --dataset data.h5 --out c.h5
 expect_error 2 "dtype" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --dtype float64
 expect_error 2 "compression" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --compression zip
+expect_error 2 "stage-priority" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --stage-priority fast
 expect_error 2 "overlap" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --crop-size 8 --overlap 8
 expect_error 2 "band 5 is out of range" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --bands 0,1,5
 expect_error 2 "no level \"9\"" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --levels 9

@@ -27,7 +27,7 @@ fx dataset small.h5 --n 2 --height 10 --width 12 --dtype uint8 --masks
 
 check scripted u8.h5 multi_scripted.pt --crop-size 16 --overlap 4 --scale 0.00392 --mean 0.4,0.5,0.6 --std 0.2,0.25,0.3 \
   -- --crop-size 16 --overlap 4 --scale 0.00392 --mean 0.4,0.5,0.6 --std 0.2,0.25,0.3
-check traced u8.h5 multi_traced.pt --crop-size 20x12 --overlap 3 --batch-size 7 -- --crop-size 20x12 --overlap 3
+check traced u8.h5 multi_traced.pt --crop-size 20x12 --overlap 3 --batch-size 7 --stage-priority normal -- --crop-size 20x12 --overlap 3
 check dict u8.h5 dict_scripted.pt --crop-size 32 -- --crop-size 32
 check u16 u16.h5 multi_scripted.pt --bands 3,0,1 --scale 0.0001 --mean 0.5 --std 0.25 \
   -- --bands 3,0,1 --scale 0.0001 --mean 0.5 --std 0.25

@@ -53,6 +53,9 @@ void setup_precompute(CLI::App& app) {
   sub->add_option("--commit-seconds", options->commit_seconds, "Commit finished crops at least this often")->capture_default_str();
   sub->add_option("--segment-mb", options->segment_mb, "... or whenever this many MiB of features are pending")->capture_default_str();
   sub->add_flag("!--no-fsync", options->fsync, "Skip fsync on commit (survives SIGKILL, not power loss)");
+  sub->add_option("--stage-priority", options->stage_priority,
+                  "Scheduling of reading/converting/writing: idle (leave the cores to the encoder) or normal (machines shared with other busy jobs)")
+      ->capture_default_str();
   sub->callback([options] { run_precompute_command(*options); });
 }
 

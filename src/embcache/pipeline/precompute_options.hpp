@@ -33,6 +33,7 @@ struct PrecomputeOptions {
   double commit_seconds = 30.0;
   std::int64_t segment_mb = 1024;
   bool fsync = true;
+  std::string stage_priority = "idle";  // idle | normal: scheduling of the non-encoder stages
 };
 
 }  // namespace embcache

@@ -1,5 +1,8 @@
 #include "embcache/store/cache_file_writer.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cstring>
 
 #include "embcache/core/error.hpp"
@@ -218,6 +221,22 @@ void CacheFileWriter::flush_pending_rows(std::size_t level) {
                   path_ + ":/levels/" + levels_[level].name);
   d.rows_written += std::int64_t(d.pending_rows);
   d.pending_rows = 0;
+}
+
+void CacheFileWriter::start_writeback() {
+  if (!file_) return;
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
+    H5Eclear2(H5E_DEFAULT);
+    return;
+  }
+  const int fd = *static_cast<int*>(handle);
+  const off_t end = ::lseek(fd, 0, SEEK_END);
+  if (end > writeback_offset_) {
+    // Only the bytes added since the last call: rescanning the whole file each time blocks.
+    ::sync_file_range(fd, writeback_offset_, end - writeback_offset_, SYNC_FILE_RANGE_WRITE);
+    writeback_offset_ = end;
+  }
 }
 
 void CacheFileWriter::close() {

@@ -25,6 +25,10 @@ class CacheFileWriter {
   void append(const RowBatch& batch);
   // Flushes and closes; throws on failure (the file must then be discarded).
   void close();
+  // Asks the kernel to start writing the file's dirty pages now, without waiting, so that the
+  // fsync at commit finds little left to do. Best effort: errors are ignored here and surface
+  // at close and fsync.
+  void start_writeback();
   std::int64_t rows() const { return rows_; }
   std::int64_t feature_bytes() const { return feature_bytes_; }
   const std::string& path() const { return path_; }
@@ -60,6 +64,7 @@ class CacheFileWriter {
   h5::Handle storage_type_;
   std::int64_t rows_ = 0;
   std::int64_t expected_rows_ = 0;
+  std::int64_t writeback_offset_ = 0;  // file bytes already handed to start_writeback()
   std::int64_t feature_bytes_ = 0;
 };
 

@@ -30,6 +30,7 @@ constexpr const char* kSegmentPrefix = "seg-";
 constexpr const char* kSegmentSuffix = ".h5";
 constexpr const char* kPartialSuffix = ".partial";
 constexpr std::int64_t kRenameSegmentBytes = std::int64_t(64) << 20;
+constexpr std::int64_t kWritebackBytes = std::int64_t(32) << 20;
 
 std::string key_of(const CacheIndex& index, std::size_t row) {
   CropKey key{index.groups[row], index.windows[row],
@@ -220,8 +221,13 @@ void CacheStore::append(const RowBatch& batch) {
     open_segment_ = std::make_unique<CacheFileWriter>(segment_path(next_segment_) + kPartialSuffix,
                                                       wanted_, levels_, labels_, segment_storage);
     open_segment_started_ = now_seconds();
+    writeback_mark_ = 0;
   }
   open_segment_->append(batch);
+  if (policy_.fsync && open_segment_->feature_bytes() - writeback_mark_ >= kWritebackBytes) {
+    open_segment_->start_writeback();
+    writeback_mark_ = open_segment_->feature_bytes();
+  }
   if (open_segment_->feature_bytes() >= policy_.segment_bytes ||
       now_seconds() - open_segment_started_ >= policy_.segment_seconds) {
     commit();

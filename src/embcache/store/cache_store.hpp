@@ -85,6 +85,7 @@ class CacheStore {
   std::vector<LevelSpec> levels_;
   std::unique_ptr<CacheFileWriter> open_segment_;
   double open_segment_started_ = 0.0;
+  std::int64_t writeback_mark_ = 0;  // feature bytes of the open segment at the last writeback
   std::int64_t rows_committed_ = 0;
   std::int64_t segment_bytes_written_ = 0;
 };
