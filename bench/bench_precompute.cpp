@@ -6,8 +6,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstdlib>
-#include <unistd.h>
 #include <cstdio>
 #include <filesystem>
 #include <vector>
@@ -46,11 +44,6 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
 }  // namespace
 
 int main(int argc, char** argv) {
-  // Same OpenMP setting as `embcache precompute` (see apps/embcache/main.cpp).
-  if (std::getenv("OMP_WAIT_POLICY") == nullptr) {
-    setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-    execv("/proc/self/exe", argv);
-  }
   embcache::tune_process();
   CLI::App app{"embcache precompute benchmark"};
   embcache::PrecomputeOptions options;

@@ -2,35 +2,14 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
-#include <unistd.h>
-
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 
 #include "embcache/cli/inspect_command.hpp"
 #include "embcache/cli/precompute_command.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/pipeline/cancellation.hpp"
 
-namespace {
-
-// libgomp reads OMP_WAIT_POLICY once, when it is loaded. Its default keeps idle OpenMP workers
-// spinning, which takes the cores the pipeline's other stages need; passive waiting measured
-// 10-15% faster end to end for CPU encoders on 2 cores. Since it cannot be changed after
-// loading, `precompute` re-executes itself once with it set (unless the user set it).
-void reexec_with_passive_openmp(int argc, char** argv) {
-  if (argc < 2 || std::strcmp(argv[1], "precompute") != 0) return;
-  if (std::getenv("OMP_WAIT_POLICY") != nullptr) return;
-  setenv("OMP_WAIT_POLICY", "PASSIVE", 1);
-  execv("/proc/self/exe", argv);
-  // exec failed (no /proc?): carry on with the default policy.
-}
-
-}  // namespace
-
 int main(int argc, char** argv) {
-  reexec_with_passive_openmp(argc, argv);
   embcache::tune_process();
   embcache::install_stop_handlers();
   CLI::App app{"embcache: cache frozen-encoder features once, train probes on them many times"};
