@@ -185,6 +185,14 @@ void CacheFileWriter::append(const RowBatch& batch) {
 void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows) {
   DirectLevel& d = direct_[level];
   const std::size_t chunk_rows = (d.pending.size() - 4) / d.row_bytes;
+  // Extend once for every full chunk this append completes (one metadata update, not one per chunk).
+  const std::size_t full_rows = (d.pending_rows + rows) / chunk_rows * chunk_rows;
+  if (full_rows > 0) {
+    const std::string where = path_ + ":/levels/" + levels_[level].name;
+    std::vector<hsize_t> dims = h5::dataset_dims(level_datasets_[level].get(), where);
+    dims[0] = hsize_t(d.rows_written) + full_rows;
+    h5::check_status(H5Dset_extent(level_datasets_[level].get(), dims.data()), "cannot extend", where);
+  }
   while (rows > 0) {
     const std::size_t take = std::min(rows, chunk_rows - d.pending_rows);
     std::memcpy(d.pending.data() + d.pending_rows * d.row_bytes, data, take * d.row_bytes);
@@ -200,13 +208,10 @@ void CacheFileWriter::write_pending_chunk(std::size_t level) {
   const std::string where = path_ + ":/levels/" + levels_[level].name;
   const hid_t ds = level_datasets_[level].get();
   const std::size_t data_bytes = d.pending.size() - 4;
-  std::vector<hsize_t> dims = h5::dataset_dims(ds, where);
-  dims[0] = hsize_t(d.rows_written) + d.pending_rows;
-  h5::check_status(H5Dset_extent(ds, dims.data()), "cannot extend", where);
   const std::uint32_t sum = fletcher32(d.pending.data(), data_bytes);
   for (int b = 0; b < 4; ++b) d.pending[data_bytes + std::size_t(b)] = std::uint8_t(sum >> (8 * b));
-  std::vector<hsize_t> offset(dims.size(), 0);
-  offset[0] = hsize_t(d.rows_written);
+  std::vector<hsize_t> offset(levels_[level].row_shape.size() + 1, 0);
+  offset[0] = hsize_t(d.rows_written);  // the extent was set by append_direct
   h5::check_status(H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset.data(), d.pending.size(), d.pending.data()),
                    "cannot write a chunk of", where);
   d.rows_written += std::int64_t(d.pending_rows);
