@@ -474,6 +474,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         for (auto& level : out.levels) level = level.slice(0, 0, n);
       }
       if (specs.empty()) {
+        input_shape.assign(items.front().input.sizes().begin(), items.front().input.sizes().end());
         selected = select_levels(out, opt.level_request);
         const std::int64_t h = items.front().input.size(1);
         for (std::size_t i : selected) {
@@ -548,13 +549,9 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       }
       auto item = crop_queue.pop();
       if (!item) break;
-      if (input_shape.empty()) input_shape.assign(item->input.sizes().begin(), item->input.sizes().end());
       pending.push_back(std::move(*item));
     }
-    if (!pending.empty() && !ctx.failed()) {
-      if (input_shape.empty()) input_shape.assign(pending.front().input.sizes().begin(), pending.front().input.sizes().end());
-      emit(std::move(pending));
-    }
+    if (!pending.empty() && !ctx.failed()) emit(std::move(pending));
     encoded_queue.close();
   });
 
