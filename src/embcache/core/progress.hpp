@@ -15,7 +15,6 @@ class Progress {
   Progress(const Progress&) = delete;
   Progress& operator=(const Progress&) = delete;
 
-  void set_total(std::int64_t total) { total_ = total; }
   // Report `done` units so far; cheap enough to call per batch.
   void update(std::int64_t done);
   void finish();

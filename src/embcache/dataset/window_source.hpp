@@ -26,10 +26,6 @@ struct LabelKinds {
   std::int64_t value_width = 0;  // 0: one scalar per window ([N]); K: a vector ([N, K])
   bool has_mask = false;
   std::int64_t ignore_index = -1;
-  bool operator==(const LabelKinds& o) const {
-    return has_class == o.has_class && has_value == o.has_value && value_width == o.value_width &&
-           has_mask == o.has_mask && (!has_mask || ignore_index == o.ignore_index);
-  }
 };
 
 struct WindowData {

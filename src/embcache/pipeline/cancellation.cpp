@@ -31,9 +31,7 @@ void install_stop_handlers() {
   std::signal(SIGTERM, on_stop_signal);
 }
 
-void request_stop() { g_stop = true; }
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
-void clear_stop_request() { g_stop = false; }
 
 void tune_process() {
   // HDF5's exit handler closes files still open; after a failed write (disk full) it crashes

@@ -6,9 +6,7 @@ namespace embcache {
 // Installs SIGINT/SIGTERM handlers that request a stop; a second signal exits at once (the
 // cache is crash-safe, so that loses only uncommitted work).
 void install_stop_handlers();
-void request_stop();
 bool stop_requested();
-void clear_stop_request();
 
 // Process settings every embcache command wants: glibc malloc keeps large blocks instead of
 // unmapping them on free (2-4x CPU encoder speed, shared/TOOLCHAIN.md gotcha 5), and writes

@@ -32,9 +32,6 @@ struct LevelSpec {
   std::int64_t index = 0;             // position in the encoder's output
   std::vector<std::int64_t> row_shape;  // [C, H, W] or [C]
   std::int64_t stride = 0;            // input pixels per feature pixel (0 for vector levels)
-  bool operator==(const LevelSpec& o) const {
-    return name == o.name && index == o.index && row_shape == o.row_shape && stride == o.stride;
-  }
   std::string shape_text() const;
 };
 

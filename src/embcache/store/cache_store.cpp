@@ -134,7 +134,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
     }
     storage_.compression = reader.storage().compression;  // a cache keeps its compression
     existing_levels_ = reader.levels();
-    read_committed(path_);
+    read_committed(reader);
   }
 
   if (fs::is_directory(segments_dir_)) {
@@ -160,7 +160,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
                          "; rerun with the original options to finish it, or --overwrite");
       }
       if (existing_levels_.empty()) existing_levels_ = reader.levels();
-      read_committed(file);
+      read_committed(reader);
       segments_.push_back(file);
       next_segment_ = std::max(next_segment_, number + 1);
     }
@@ -181,8 +181,7 @@ CacheStore::~CacheStore() {
   if (fs::is_directory(segments_dir_, ec) && fs::is_empty(segments_dir_, ec)) fs::remove(segments_dir_, ec);
 }
 
-void CacheStore::read_committed(const std::string& file) {
-  CacheFileReader reader(file);
+void CacheStore::read_committed(const CacheFileReader& reader) {
   const CacheIndex index = reader.read_index();
   for (std::size_t row = 0; row < index.windows.size(); ++row) {
     committed_[key_of(index, row)] = index.pixel_hashes[row];
@@ -238,8 +237,6 @@ void CacheStore::commit() {
   if (!open_segment_) return;
   const std::string partial = open_segment_->path();
   const std::string final_path = segment_path(next_segment_);
-  const std::int64_t rows = open_segment_->rows();
-  const std::int64_t bytes = open_segment_->feature_bytes();
   open_segment_->close();
   open_segment_.reset();
   if (policy_.fsync) sync_path(partial);
@@ -249,8 +246,6 @@ void CacheStore::commit() {
   if (policy_.fsync) sync_path(segments_dir_);
   segments_.push_back(final_path);
   ++next_segment_;
-  rows_committed_ += rows;
-  segment_bytes_written_ += bytes;
 }
 
 void CacheStore::discard_open_segment() {

@@ -10,6 +10,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 #include "embcache/store/cache_schema.hpp"
 
@@ -41,11 +42,8 @@ class CacheStore {
 
   // Committed rows: map_key -> pixel hash, the newest commit winning.
   const std::unordered_map<std::string, std::uint64_t>& committed() const { return committed_; }
-  // Level specs of the rows already committed (empty for a new cache).
-  const std::vector<LevelSpec>& existing_levels() const { return existing_levels_; }
   const StorageOptions& storage() const { return storage_; }
   bool cache_exists() const { return main_exists_; }
-  std::size_t pending_segments() const { return segments_.size(); }
 
   // The levels this run writes; InputError when they differ from those already committed.
   void set_levels(std::vector<LevelSpec> levels);
@@ -58,12 +56,9 @@ class CacheStore {
   // Merges the cache and all committed segments into a new cache file, renamed over the old one.
   ConsolidateStats consolidate();
 
-  std::int64_t rows_committed() const { return rows_committed_; }
-  std::int64_t segment_bytes_written() const { return segment_bytes_written_; }
-
  private:
   class WriterLock;
-  void read_committed(const std::string& file);
+  void read_committed(const CacheFileReader& reader);
   // The levels written from now on; also recorded in the signature's "levels".
   void adopt_levels(std::vector<LevelSpec> levels);
   std::string segment_path(std::int64_t number) const;
@@ -86,8 +81,6 @@ class CacheStore {
   std::unique_ptr<CacheFileWriter> open_segment_;
   double open_segment_started_ = 0.0;
   std::int64_t writeback_mark_ = 0;  // feature bytes of the open segment at the last writeback
-  std::int64_t rows_committed_ = 0;
-  std::int64_t segment_bytes_written_ = 0;
 };
 
 // Makes `path`'s content durable (fsync of a file or directory).

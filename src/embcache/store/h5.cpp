@@ -134,23 +134,6 @@ Handle open_dataset(hid_t loc, const std::string& path) {
                 H5Dclose);
 }
 
-namespace {
-
-herr_t collect_name(hid_t, const char* name, const H5L_info_t*, void* out) {
-  static_cast<std::vector<std::string>*>(out)->push_back(name);
-  return 0;
-}
-
-}  // namespace
-
-std::vector<std::string> list_children(hid_t group, const std::string& path) {
-  std::vector<std::string> names;
-  // Creation order is not tracked in 1.8-format groups; names come back sorted.
-  check_status(H5Literate(group, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_name, &names),
-               "cannot list group", path);
-  return names;
-}
-
 std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path) {
   Handle space(check(H5Dget_space(dataset), "cannot get dataspace of", path), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space.get());

@@ -59,7 +59,6 @@ bool exists(hid_t loc, const std::string& path);  // checks each component of a/
 Handle open_group(hid_t loc, const std::string& path);
 Handle create_group(hid_t loc, const std::string& path);
 Handle open_dataset(hid_t loc, const std::string& path);
-std::vector<std::string> list_children(hid_t group, const std::string& path);
 std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path);
 Handle dataset_type(hid_t dataset, const std::string& path);
 Handle dataset_create_plist(hid_t dataset, const std::string& path);
