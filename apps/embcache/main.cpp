@@ -6,6 +6,7 @@
 
 #include "embcache/cli/inspect_command.hpp"
 #include "embcache/cli/precompute_command.hpp"
+#include "embcache/cli/train_probe_command.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/pipeline/cancellation.hpp"
 
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_version_flag("--version", EMBCACHE_VERSION);
   embcache::setup_precompute(app);
+  embcache::setup_train_probe(app);
   embcache::setup_inspect(app);
   try {
     app.parse(argc, argv);

@@ -7,23 +7,10 @@
 #include <memory>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
 #include "embcache/pipeline/precompute.hpp"
 
 namespace embcache {
-namespace {
-
-void write_json_atomically(const std::string& path, const nlohmann::json& j) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp);
-    if (!out) throw IoError("--summary-json " + path + ": cannot write (directory missing or not writable)");
-    out << j.dump(2) << "\n";
-    if (!out) throw IoError("--summary-json " + path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) throw IoError("--summary-json " + path + ": cannot rename into place");
-}
-
-}  // namespace
 
 void setup_precompute(CLI::App& app) {
   auto options = std::make_shared<PrecomputeOptions>();
@@ -63,7 +50,9 @@ void run_precompute_command(const PrecomputeOptions& options) {
   const PrecomputeSummary summary = run_precompute(options);
   std::printf("%s\n", summary.one_line().c_str());
   std::fflush(stdout);
-  if (!options.summary_json.empty()) write_json_atomically(options.summary_json, summary.to_json());
+  if (!options.summary_json.empty()) {
+    write_text_atomically(options.summary_json, summary.to_json().dump(2) + "\n", "--summary-json");
+  }
   if (summary.interrupted) {
     throw Interrupted("interrupted: " + std::to_string(summary.crops_computed + summary.crops_skipped) +
                       " of " + std::to_string(summary.crops_total) +

@@ -1,5 +1,6 @@
 #include "embcache/core/parse.hpp"
 
+#include <cctype>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -73,6 +74,31 @@ std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const 
   }
   if (w <= 0 || h <= 0) throw UsageError(what + ": sizes must be positive, got \"" + text + "\"");
   return {w, h};
+}
+
+std::int64_t parse_bytes(const std::string& text, const std::string& what) {
+  std::string t = trim(text);
+  double unit = 1.0;
+  for (const std::string suffix : {"iB", "B", "b"}) {
+    if (t.size() > suffix.size() && t.compare(t.size() - suffix.size(), suffix.size(), suffix) == 0) {
+      t.resize(t.size() - suffix.size());
+      break;
+    }
+  }
+  if (!t.empty()) {
+    const std::string units = "KMGT";
+    const auto u = units.find(char(std::toupper(static_cast<unsigned char>(t.back()))));
+    if (u != std::string::npos) {
+      unit = std::pow(1024.0, double(u + 1));
+      t.pop_back();
+    }
+  }
+  char* end = nullptr;
+  const double v = std::strtod(t.c_str(), &end);
+  if (t.empty() || *end != '\0' || !std::isfinite(v) || v <= 0) {
+    throw UsageError(what + ": expected a size such as 512M or 8G, got \"" + text + "\"");
+  }
+  return std::int64_t(v * unit);
 }
 
 std::string format_bytes(double bytes) {

@@ -16,6 +16,8 @@ double parse_double(const std::string& text, const std::string& what);
 std::int64_t parse_int(const std::string& text, const std::string& what);
 // "64" -> (64, 64); "96x64" -> (width 96, height 64).
 std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const std::string& what);
+// "512M", "8G", "1.5GiB", "1000000" -> bytes (K/M/G/T are powers of 1024).
+std::int64_t parse_bytes(const std::string& text, const std::string& what);
 // Human-readable byte count: 1536 -> "1.5 KiB".
 std::string format_bytes(double bytes);
 

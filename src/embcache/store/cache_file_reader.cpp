@@ -162,19 +162,7 @@ RowBatch CacheFileReader::read_rows(std::int64_t start, std::int64_t count) cons
                 batch.bounds.data(), path_);
   h5::read_rows(h5::open_dataset(f, cache_paths::kPixelHash).get(), H5T_NATIVE_UINT64, s, n,
                 batch.pixel_hashes.data(), path_);
-  h5::Handle type = hdf5_type(storage_.dtype);
-  for (const auto& level : levels_) {
-    std::vector<std::int64_t> shape{count};
-    shape.insert(shape.end(), level.row_shape.begin(), level.row_shape.end());
-    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(torch_type(storage_.dtype)));
-    const std::string ds_path = std::string(cache_paths::kLevels) + "/" + level.name;
-    h5::Handle ds = h5::open_dataset(f, ds_path);
-    const std::size_t row_bytes = std::size_t(t.numel() / std::max<std::int64_t>(count, 1)) * t.element_size();
-    if (count > 0 && !read_rows_by_chunks(ds.get(), start, count, row_bytes, t.data_ptr(), path_ + ":/" + ds_path)) {
-      h5::read_rows(ds.get(), type.get(), s, n, t.data_ptr(), path_ + ":/" + ds_path);
-    }
-    batch.levels.push_back(t);
-  }
+  for (const auto& level : levels_) batch.levels.push_back(read_level(level, start, count));
   if (labels_.has_class) {
     batch.label_class = at::empty({count}, at::kLong);
     h5::read_rows(h5::open_dataset(f, cache_paths::kLabelClass).get(), H5T_NATIVE_INT64, s, n,
@@ -186,13 +174,53 @@ RowBatch CacheFileReader::read_rows(std::int64_t start, std::int64_t count) cons
     h5::read_rows(h5::open_dataset(f, cache_paths::kLabelValue).get(), H5T_NATIVE_FLOAT, s, n,
                   batch.label_value.data_ptr(), path_);
   }
-  if (labels_.has_mask && count > 0) {
-    h5::Handle ds = h5::open_dataset(f, cache_paths::kLabelMask);
-    const auto dims = h5::dataset_dims(ds.get(), path_);
-    batch.label_mask = at::empty({count, std::int64_t(dims[1]), std::int64_t(dims[2])}, at::kInt);
-    h5::read_rows(ds.get(), H5T_NATIVE_INT32, s, n, batch.label_mask.data_ptr(), path_);
-  }
+  if (labels_.has_mask && count > 0) batch.label_mask = read_masks(start, count);
   return batch;
+}
+
+}  // namespace embcache
+
+namespace embcache {
+
+at::Tensor CacheFileReader::read_level(const LevelSpec& level, std::int64_t start, std::int64_t count) const {
+  std::vector<std::int64_t> shape{count};
+  shape.insert(shape.end(), level.row_shape.begin(), level.row_shape.end());
+  at::Tensor t = at::empty(shape, at::TensorOptions().dtype(torch_type(storage_.dtype)));
+  if (count == 0) return t;
+  const std::string ds_path = std::string(cache_paths::kLevels) + "/" + level.name;
+  h5::Handle ds = h5::open_dataset(file_.get(), ds_path);
+  const std::size_t row_bytes = std::size_t(t.numel() / count) * t.element_size();
+  if (!read_rows_by_chunks(ds.get(), start, count, row_bytes, t.data_ptr(), path_ + ":/" + ds_path)) {
+    h5::Handle type = hdf5_type(storage_.dtype);
+    h5::read_rows(ds.get(), type.get(), hsize_t(start), hsize_t(count), t.data_ptr(), path_ + ":/" + ds_path);
+  }
+  return t;
+}
+
+std::vector<std::int64_t> CacheFileReader::mask_shape() const {
+  if (!labels_.has_mask) return {};
+  const auto dims = h5::dataset_dims(h5::open_dataset(file_.get(), cache_paths::kLabelMask).get(), path_);
+  return {std::int64_t(dims.at(1)), std::int64_t(dims.at(2))};
+}
+
+at::Tensor CacheFileReader::read_masks(std::int64_t start, std::int64_t count) const {
+  const auto hw = mask_shape();
+  at::Tensor t = at::empty({count, hw.at(0), hw.at(1)}, at::kInt);
+  if (count == 0) return t;
+  h5::Handle ds = h5::open_dataset(file_.get(), cache_paths::kLabelMask);
+  h5::read_rows(ds.get(), H5T_NATIVE_INT32, hsize_t(start), hsize_t(count), t.data_ptr(),
+                path_ + ":/" + cache_paths::kLabelMask);
+  return t;
+}
+
+std::int64_t CacheFileReader::chunk_rows() const {
+  if (levels_.empty() || rows_ == 0) return 1;
+  h5::Handle ds = h5::open_dataset(file_.get(), std::string(cache_paths::kLevels) + "/" + levels_[0].name);
+  h5::Handle dcpl = h5::dataset_create_plist(ds.get(), path_);
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return std::min<std::int64_t>(rows_, 64);
+  std::vector<hsize_t> chunk(levels_[0].row_shape.size() + 1);
+  H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+  return std::max<std::int64_t>(1, std::int64_t(chunk[0]));
 }
 
 }  // namespace embcache

@@ -35,6 +35,13 @@ class CacheFileReader {
   CacheIndex read_index() const;
   RowBatch read_rows(std::int64_t start, std::int64_t count) const;
   std::int64_t row_feature_bytes() const;
+  // Rows [start, start + count) of one level, in the storage dtype: [count, ...row_shape].
+  at::Tensor read_level(const LevelSpec& level, std::int64_t start, std::int64_t count) const;
+  // Rows of /labels/mask as int32 [count, h, w]; mask_shape() is {h, w}, or {} without masks.
+  at::Tensor read_masks(std::int64_t start, std::int64_t count) const;
+  std::vector<std::int64_t> mask_shape() const;
+  // Rows per chunk shared by the levels (docs/cache-format.md): reads aligned to it touch whole chunks.
+  std::int64_t chunk_rows() const;
 
  private:
   std::string path_;

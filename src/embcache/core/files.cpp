@@ -1,0 +1,28 @@
+#include "embcache/core/files.hpp"
+
+#include <cstdio>
+#include <fstream>
+
+#include "embcache/core/error.hpp"
+
+namespace embcache {
+
+void write_text_atomically(const std::string& path, const std::string& text, const std::string& what) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary);
+    if (!out) throw IoError(what + " " + path + ": cannot write (directory missing or not writable)");
+    out << text;
+    out.flush();
+    if (!out) {
+      std::remove(tmp.c_str());
+      throw IoError(what + " " + path + ": write failed (disk full?)");
+    }
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw IoError(what + " " + path + ": cannot rename into place");
+  }
+}
+
+}  // namespace embcache

@@ -1,0 +1,12 @@
+// Small file helpers: atomic replacement of result files.
+#pragma once
+
+#include <string>
+
+namespace embcache {
+
+// Writes `text` to `path` through `path.tmp` + rename, so readers never see half a file.
+// `what` names the option or output in the IoError.
+void write_text_atomically(const std::string& path, const std::string& text, const std::string& what);
+
+}  // namespace embcache

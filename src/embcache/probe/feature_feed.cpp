@@ -1,0 +1,377 @@
+#include "embcache/probe/feature_feed.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <exception>
+#include <thread>
+
+#include "embcache/core/error.hpp"
+#include "embcache/pipeline/bounded_queue.hpp"
+
+namespace embcache {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+struct CpuBatch {
+  std::vector<at::Tensor> columns;
+  at::Tensor ids;
+};
+
+// Split rows that lie in consecutive chunk-aligned blocks, read with one call per column.
+struct Span {
+  int cache = 0;
+  std::int64_t start = 0, count = 0;
+  std::vector<std::int64_t> offsets;  // split rows within the span, relative to start
+  std::vector<std::int64_t> ids;      // their split-local ids
+};
+
+std::vector<Span> make_spans(const ProbeData& data, const SplitRows& split, std::int64_t max_blocks) {
+  std::vector<Span> spans;
+  std::int64_t id = 0;
+  for (std::size_t c = 0; c < split.rows.size(); ++c) {
+    const std::int64_t r_per_chunk = data.caches()[c]->chunk_rows();
+    const auto& rows = split.rows[c];
+    std::size_t i = 0;
+    while (i < rows.size()) {
+      Span span;
+      span.cache = int(c);
+      span.start = rows[i] / r_per_chunk * r_per_chunk;
+      const std::int64_t limit = std::min(span.start + max_blocks * r_per_chunk, data.caches()[c]->rows());
+      while (i < rows.size() && rows[i] < limit) {
+        span.offsets.push_back(rows[i] - span.start);
+        span.ids.push_back(id++);
+        ++i;
+      }
+      span.count = std::min(limit, (span.start + span.offsets.back()) / r_per_chunk * r_per_chunk + r_per_chunk) - span.start;
+      span.count = std::min(span.count, data.caches()[c]->rows() - span.start);
+      spans.push_back(std::move(span));
+    }
+  }
+  return spans;
+}
+
+// Reads one column of rows [start, start + count) and keeps the rows at `offsets`.
+at::Tensor read_column(const ProbeData& data, const FeedColumn& column, const Span& span,
+                       std::int64_t* bytes_read) {
+  const auto& cache = *data.caches()[span.cache];
+  at::Tensor block = column.level.empty() ? cache.read_masks(span.start, span.count)
+                                          : cache.read_level(data.level(column.level), span.start, span.count);
+  *bytes_read += std::int64_t(block.nbytes());
+  if (std::int64_t(span.offsets.size()) != span.count) {
+    block = block.index_select(0, at::tensor(span.offsets, at::kLong));
+  }
+  if (column.pooled && block.dim() == 4) block = block.to(at::kFloat).mean({2, 3});
+  else if (column.pooled) block = block.to(at::kFloat);
+  return block;
+}
+
+// Bytes of one row as stored in the cache (what a stream read brings in before pooling).
+std::int64_t stored_row_bytes(const ProbeData& data, const FeedColumn& column) {
+  if (column.level.empty()) return column.resident_row_bytes;
+  std::int64_t elems = 1;
+  for (auto d : data.level(column.level).row_shape) elems *= d;
+  return elems * std::int64_t(element_size(data.caches().front()->storage().dtype));
+}
+
+at::Tensor widen(const at::Tensor& t, bool is_mask) { return t.to(is_mask ? at::kLong : at::kFloat); }
+
+}  // namespace
+
+const char* tier_name(FeedTier tier) {
+  switch (tier) {
+    case FeedTier::kGpu: return "gpu";
+    case FeedTier::kHost: return "host";
+    case FeedTier::kStream: return "stream";
+  }
+  return "?";
+}
+
+nlohmann::json FeedStats::to_json(FeedTier tier) const {
+  nlohmann::json j;
+  j["tier"] = tier_name(tier);
+  j["bytes_resident"] = bytes_resident;
+  j["bytes_read"] = bytes_read;
+  j["read_mb_per_s"] = read_seconds > 0 ? double(bytes_read) / 1e6 / read_seconds : 0.0;
+  j["wait_seconds"] = wait_seconds;
+  j["batches"] = batches;
+  j["prefetch_hit_rate"] = batches > 0 ? double(batches_ready) / double(batches) : 0.0;
+  if (tier == FeedTier::kStream) {
+    j["block_row_utilization"] = rows_read > 0 ? double(rows_used) / double(rows_read) : 0.0;
+  }
+  return j;
+}
+
+FeedColumn level_column(const ProbeData& data, const LevelSpec& level, bool pooled) {
+  FeedColumn column;
+  column.level = level.name;
+  column.pooled = pooled || level.row_shape.size() == 1;
+  const std::int64_t storage_bytes = std::int64_t(element_size(data.caches().front()->storage().dtype));
+  if (column.pooled) {
+    column.row_shape = {level.row_shape.at(0)};
+    column.resident_row_bytes = 4 * level.row_shape[0];
+  } else {
+    column.row_shape = level.row_shape;
+    std::int64_t elems = 1;
+    for (auto d : level.row_shape) elems *= d;
+    column.resident_row_bytes = elems * storage_bytes;
+  }
+  return column;
+}
+
+FeedColumn mask_column(const ProbeData& data) {
+  FeedColumn column;
+  column.row_shape = data.mask_shape();
+  column.resident_row_bytes = 4 * column.row_shape.at(0) * column.row_shape.at(1);
+  return column;
+}
+
+std::int64_t resident_row_bytes(const std::vector<FeedColumn>& columns) {
+  std::int64_t total = 0;
+  for (const auto& c : columns) total += c.resident_row_bytes;
+  return total;
+}
+
+struct FeatureFeed::Impl {
+  const ProbeData& data;
+  int split;
+  std::vector<FeedColumn> columns;
+  FeedTier tier;
+  c10::Device device;
+  std::int64_t batch_size;
+  std::int64_t buffer_rows = 0;
+  std::int64_t n = 0;
+  std::vector<at::Tensor> resident;  // resident tiers: one tensor per column
+  at::Tensor targets;                // on the device
+  std::vector<Span> blocks;          // stream tier: chunk-aligned blocks
+  FeedStats stats;
+
+  // One pass in flight.
+  at::Tensor order;  // resident tiers: the pass's row order
+  std::int64_t cursor = 0;
+  std::unique_ptr<BoundedQueue<CpuBatch>> queue;
+  std::thread producer;
+  std::atomic<bool> stop{false};
+  std::exception_ptr error;
+
+  Impl(const ProbeData& d, int s, std::vector<FeedColumn> cols, FeedTier t, c10::Device dev, std::int64_t b)
+      : data(d), split(s), columns(std::move(cols)), tier(t), device(dev), batch_size(b) {}
+
+  bool on_cuda() const { return device.is_cuda(); }
+
+  void load_resident() {
+    const auto t0 = Clock::now();
+    const SplitRows& rows = split == 0 ? data.train() : split == 1 ? data.val() : data.test();
+    const bool pin = on_cuda() && tier == FeedTier::kHost;
+    for (const auto& column : columns) {
+      std::vector<std::int64_t> shape{n};
+      shape.insert(shape.end(), column.row_shape.begin(), column.row_shape.end());
+      const auto dtype = column.level.empty() ? at::kInt
+                         : column.pooled      ? at::kFloat
+                                              : torch_type(data.caches().front()->storage().dtype);
+      resident.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pin)));
+    }
+    std::int64_t at_row = 0;
+    for (const Span& span : make_spans(data, rows, 16)) {
+      for (std::size_t c = 0; c < columns.size(); ++c) {
+        const at::Tensor part = read_column(data, columns[c], span, &stats.bytes_read);
+        resident[c].narrow(0, at_row, part.size(0)).copy_(part);
+      }
+      at_row += std::int64_t(span.ids.size());
+    }
+    stats.read_seconds += seconds_since(t0);
+    for (auto& r : resident) {
+      stats.bytes_resident += std::int64_t(r.nbytes());
+      if (tier == FeedTier::kGpu) r = r.to(device);
+    }
+  }
+
+  void finish_pass() {
+    stop = true;
+    if (queue) queue->close();
+    if (producer.joinable()) producer.join();
+    queue.reset();
+    stop = false;
+  }
+
+  void run_producer(const std::function<void()>& body) {
+    queue = std::make_unique<BoundedQueue<CpuBatch>>(3);
+    error = nullptr;
+    producer = std::thread([this, body] {
+      try {
+        body();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      queue->close();
+    });
+  }
+
+  // Host tier: gathers rows of the resident tensors ahead of the trainer.
+  void produce_host() {
+    const bool pin = on_cuda();
+    for (std::int64_t start = 0; start < n && !stop; start += batch_size) {
+      CpuBatch batch;
+      batch.ids = order.narrow(0, start, std::min(batch_size, n - start));
+      for (std::size_t c = 0; c < columns.size(); ++c) {
+        std::vector<std::int64_t> shape{batch.ids.size(0)};
+        shape.insert(shape.end(), columns[c].row_shape.begin(), columns[c].row_shape.end());
+        at::Tensor out = at::empty(shape, resident[c].options().pinned_memory(pin));
+        at::index_select_out(out, resident[c], 0, batch.ids);
+        // On the CPU the "device" is this machine: widening here overlaps it with training.
+        batch.columns.push_back(pin ? out : widen(out, columns[c].level.empty()));
+      }
+      if (!queue->push(std::move(batch))) return;
+    }
+  }
+
+  // Stream tier: reads chunk-aligned blocks in a (shuffled) order into a bounded buffer,
+  // shuffles the buffer and emits batches; rows left over mix with the next fill.
+  void produce_stream(bool shuffle, std::uint64_t seed) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed ^ 0x5eedb10c);
+    std::vector<std::size_t> block_order(blocks.size());
+    for (std::size_t i = 0; i < blocks.size(); ++i) block_order[i] = i;
+    if (shuffle) {
+      const at::Tensor perm = at::randperm(std::int64_t(blocks.size()), gen, at::kLong);
+      for (std::size_t i = 0; i < blocks.size(); ++i) block_order[i] = std::size_t(perm[std::int64_t(i)].item<std::int64_t>());
+    }
+    std::vector<at::Tensor> buffer(columns.size());
+    at::Tensor buffer_ids;
+    std::size_t next_block = 0;
+    while (!stop) {
+      std::vector<std::vector<at::Tensor>> parts(columns.size());
+      std::vector<at::Tensor> id_parts;
+      std::int64_t buffered = buffer_ids.defined() ? buffer_ids.size(0) : 0;
+      if (buffered) {
+        for (std::size_t c = 0; c < columns.size(); ++c) parts[c].push_back(buffer[c]);
+        id_parts.push_back(buffer_ids);
+      }
+      while (next_block < blocks.size() && (buffered < buffer_rows || buffered < batch_size) && !stop) {
+        const Span& span = blocks[block_order[next_block++]];
+        const auto t0 = Clock::now();
+        for (std::size_t c = 0; c < columns.size(); ++c) parts[c].push_back(read_column(data, columns[c], span, &stats.bytes_read));
+        stats.read_seconds += seconds_since(t0);
+        stats.rows_read += span.count;
+        stats.rows_used += std::int64_t(span.ids.size());
+        id_parts.push_back(at::tensor(span.ids, at::kLong));
+        buffered += std::int64_t(span.ids.size());
+      }
+      if (buffered == 0) return;
+      at::Tensor ids = at::cat(id_parts);
+      for (std::size_t c = 0; c < columns.size(); ++c) buffer[c] = parts[c].size() == 1 ? parts[c][0] : at::cat(parts[c]);
+      if (shuffle) {
+        const at::Tensor perm = at::randperm(buffered, gen, at::kLong);
+        ids = ids.index_select(0, perm);
+        for (auto& b : buffer) b = b.index_select(0, perm);
+      }
+      const bool last = next_block >= blocks.size();
+      const std::int64_t emit = last ? buffered : buffered / batch_size * batch_size;
+      for (std::int64_t start = 0; start < emit && !stop; start += batch_size) {
+        const std::int64_t len = std::min(batch_size, emit - start);
+        CpuBatch batch;
+        batch.ids = ids.narrow(0, start, len);
+        for (std::size_t c = 0; c < columns.size(); ++c) {
+          at::Tensor part = buffer[c].narrow(0, start, len);
+          part = on_cuda() ? part.contiguous() : widen(part, columns[c].level.empty());
+          if (on_cuda()) part = part.pin_memory();
+          batch.columns.push_back(part);
+        }
+        if (!queue->push(std::move(batch))) return;
+      }
+      if (last) return;
+      // Keep the remainder (fewer than one batch) for the next fill; clone so the big buffer is freed.
+      buffer_ids = ids.narrow(0, emit, buffered - emit).clone();
+      for (auto& b : buffer) b = b.narrow(0, emit, buffered - emit).clone();
+    }
+  }
+
+  FeedBatch to_device(CpuBatch cpu) {
+    FeedBatch batch;
+    batch.ids = cpu.ids;
+    for (std::size_t c = 0; c < columns.size(); ++c) {
+      at::Tensor t = cpu.columns[c];
+      if (on_cuda()) t = widen(t.to(device, /*non_blocking=*/true), columns[c].level.empty());
+      batch.columns.push_back(t);
+    }
+    if (targets.defined()) batch.targets = targets.index_select(0, on_cuda() ? cpu.ids.to(device, true) : cpu.ids);
+    return batch;
+  }
+};
+
+FeatureFeed::FeatureFeed(const ProbeData& data, int split, std::vector<FeedColumn> columns, FeedTier tier,
+                         c10::Device device, std::int64_t batch_size, std::int64_t stream_buffer_bytes)
+    : impl_(std::make_unique<Impl>(data, split, std::move(columns), tier, device, batch_size)) {
+  const SplitRows& rows = split == 0 ? data.train() : split == 1 ? data.val() : data.test();
+  impl_->n = rows.size();
+  if (data.targets(split).defined()) impl_->targets = data.targets(split).to(device);
+  if (tier == FeedTier::kStream) {
+    impl_->blocks = make_spans(data, rows, 1);
+    std::int64_t raw_bytes = 0;
+    for (const auto& c : impl_->columns) raw_bytes += stored_row_bytes(data, c);
+    impl_->buffer_rows = std::max<std::int64_t>(batch_size, stream_buffer_bytes / std::max<std::int64_t>(1, raw_bytes));
+  } else {
+    impl_->load_resident();
+  }
+}
+
+FeatureFeed::~FeatureFeed() { impl_->finish_pass(); }
+
+std::int64_t FeatureFeed::rows() const { return impl_->n; }
+std::int64_t FeatureFeed::batches_per_epoch() const { return (impl_->n + impl_->batch_size - 1) / impl_->batch_size; }
+const FeedStats& FeatureFeed::stats() const { return impl_->stats; }
+
+void FeatureFeed::start(bool shuffle, std::uint64_t seed) {
+  Impl& m = *impl_;
+  m.finish_pass();
+  m.cursor = 0;
+  if (m.tier == FeedTier::kStream) {
+    m.run_producer([&m, shuffle, seed] { m.produce_stream(shuffle, seed); });
+    return;
+  }
+  if (shuffle) {
+    at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+    m.order = at::randperm(m.n, gen, at::kLong);
+  } else {
+    m.order = at::arange(m.n, at::kLong);
+  }
+  if (m.tier == FeedTier::kHost) m.run_producer([&m] { m.produce_host(); });
+}
+
+std::optional<FeedBatch> FeatureFeed::next() {
+  Impl& m = *impl_;
+  if (m.tier == FeedTier::kGpu) {
+    if (m.cursor >= m.n) return std::nullopt;
+    const std::int64_t len = std::min(m.batch_size, m.n - m.cursor);
+    FeedBatch batch;
+    batch.ids = m.order.narrow(0, m.cursor, len);
+    const at::Tensor ids = batch.ids.to(m.device, true);
+    for (std::size_t c = 0; c < m.columns.size(); ++c) batch.columns.push_back(widen(m.resident[c].index_select(0, ids), m.columns[c].level.empty()));
+    if (m.targets.defined()) batch.targets = m.targets.index_select(0, ids);
+    m.cursor += len;
+    ++m.stats.batches;
+    ++m.stats.batches_ready;
+    return batch;
+  }
+  if (!m.queue) return std::nullopt;
+  std::optional<CpuBatch> cpu = m.queue->try_pop();
+  if (cpu) {
+    ++m.stats.batches_ready;
+  } else {
+    const auto t0 = Clock::now();
+    cpu = m.queue->pop();
+    m.stats.wait_seconds += seconds_since(t0);
+  }
+  if (!cpu) {
+    m.finish_pass();
+    if (m.error) std::rethrow_exception(m.error);
+    return std::nullopt;
+  }
+  ++m.stats.batches;
+  return m.to_device(std::move(*cpu));
+}
+
+}  // namespace embcache

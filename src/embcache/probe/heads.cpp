@@ -1,0 +1,432 @@
+#include "embcache/probe/heads.hpp"
+
+#include <ATen/ATen.h>
+#include <torch/script.h>
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+#include <sstream>
+
+#include "embcache/core/error.hpp"
+
+namespace embcache {
+namespace {
+
+struct ParamDef {
+  std::string name;
+  std::vector<std::int64_t> shape;  // one member's shape
+  std::int64_t fan_in = 0;          // > 0: uniform(±1/sqrt(fan_in)), PyTorch's Linear/Conv default
+  double fill = 0.0;                // fan_in == 0: constant (norm weights 1, norm biases 0)
+};
+
+std::int64_t group_count(std::int64_t width) { return width % 8 == 0 ? 8 : 1; }
+
+std::string shape_list(const std::vector<std::int64_t>& v) {
+  std::string s = "[";
+  for (std::size_t i = 0; i < v.size(); ++i) s += (i ? ", " : "") + std::to_string(v[i]);
+  return s + "]";
+}
+
+// Writes the TorchScript of one architecture. Parameters are stacked: member g is self.<name>[g].
+class SourceWriter {
+ public:
+  explicit SourceWriter(const HeadConfig& c) : c_(c) {}
+
+  std::string write() {
+    line("def forward(self, feats: List[Tensor]) -> Tensor:");
+    line("    drop: List[Tensor] = []");
+    line("    return self.forward_bank(feats, drop)[0]");
+    line("");
+    line("def forward_bank(self, feats: List[Tensor], drop: List[Tensor]) -> Tensor:");
+    if (c_.pooled_input()) {
+      write_pooled();
+    } else {
+      for (std::size_t i = 0; i < c_.levels.size(); ++i) standardized_map(i);
+      switch (c_.type) {
+        case HeadType::kLinear: write_dense_linear(1); break;
+        case HeadType::kPixelShuffle: write_dense_linear(c_.out_size[0] / c_.level_shapes[0][1]); break;
+        case HeadType::kConv: write_conv(); break;
+        case HeadType::kFpn: write_fpn(); break;
+        case HeadType::kUnet: write_unet(); break;
+        case HeadType::kMlp: break;  // validate() rejects mlp on dense tasks
+      }
+    }
+    return out_.str();
+  }
+
+  std::vector<ParamDef> params;
+
+ private:
+  void line(const std::string& text) { out_ << text << "\n"; }
+  void body(const std::string& text) { out_ << "    " << text << "\n"; }
+  void param(const std::string& name, std::vector<std::int64_t> shape, std::int64_t fan_in, double fill = 0.0) {
+    params.push_back({name, std::move(shape), fan_in, fill});
+  }
+  std::int64_t channels(std::size_t i) const { return c_.level_shapes[i][0]; }
+  std::int64_t width() const { return c_.hidden.empty() ? 128 : c_.hidden[0]; }
+  std::string x(std::size_t i) const { return "x" + std::to_string(i); }
+
+  void standardized_map(std::size_t i) {
+    body(x(i) + " = feats[" + std::to_string(i) + "]");
+    if (c_.standardize) {
+      body(x(i) + " = (" + x(i) + " - self.mean_" + std::to_string(i) + ".view(1, -1, 1, 1)) / self.std_" +
+           std::to_string(i) + ".view(1, -1, 1, 1)");
+    }
+  }
+
+  void write_pooled() {
+    std::string cat;
+    std::int64_t d = 0;
+    for (std::size_t i = 0; i < c_.levels.size(); ++i) {
+      body(x(i) + " = feats[" + std::to_string(i) + "]");
+      body("if " + x(i) + ".dim() == 4:");
+      body("    " + x(i) + " = " + x(i) + ".mean([2, 3])");
+      if (c_.standardize) {
+        body(x(i) + " = (" + x(i) + " - self.mean_" + std::to_string(i) + ") / self.std_" + std::to_string(i));
+      }
+      cat += (cat.empty() ? "" : ", ") + x(i);
+      d += channels(i);
+    }
+    body(c_.levels.size() == 1 ? "z = x0" : "z = torch.cat([" + cat + "], 1)");
+    body("h = z.unsqueeze(0).expand(self.w0.size(0), -1, -1)");
+    std::int64_t in = d;
+    std::size_t layer = 0;
+    if (c_.type == HeadType::kMlp) {
+      for (; layer < c_.hidden.size(); ++layer) {
+        const std::string l = std::to_string(layer);
+        param("w" + l, {c_.hidden[layer], in}, in);
+        param("b" + l, {c_.hidden[layer]}, in);
+        body("h = torch.relu(torch.baddbmm(self.b" + l + ".unsqueeze(1), h, self.w" + l + ".transpose(1, 2)))");
+        body("if len(drop) > 0:");
+        body("    h = h * drop[" + l + "]");
+        in = c_.hidden[layer];
+      }
+    }
+    const std::string l = std::to_string(layer);
+    param("w" + l, {c_.outputs, in}, in);
+    param("b" + l, {c_.outputs}, in);
+    body("return torch.baddbmm(self.b" + l + ".unsqueeze(1), h, self.w" + l + ".transpose(1, 2))");
+  }
+
+  void upsample_to_mask(const std::string& v) {
+    body(v + " = torch.upsample_bilinear2d(" + v + ", " + shape_list(c_.out_size) + ", False, None, None)");
+  }
+
+  // 1x1 conv per member (as one conv over G*K*r*r output channels), then pixel shuffle by r
+  // (r = 1: bilinear upsampling instead).
+  void write_dense_linear(std::int64_t r) {
+    const std::int64_t c = channels(0), k = c_.outputs;
+    param("w0", {k * r * r, c}, c);
+    param("b0", {k * r * r}, c);
+    body("g = self.w0.size(0)");
+    body("y = torch.conv2d(x0, self.w0.reshape(-1, " + std::to_string(c) + ", 1, 1), self.b0.reshape(-1))");
+    if (r > 1) {
+      body("y = torch.pixel_shuffle(y, " + std::to_string(r) + ")");
+    } else {
+      upsample_to_mask("y");
+    }
+    body("return y.reshape(y.size(0), g, " + std::to_string(k) + ", " + std::to_string(c_.out_size[0]) + ", " +
+         std::to_string(c_.out_size[1]) + ").transpose(0, 1)");
+  }
+
+  // conv3x3 + GroupNorm + ReLU, one member (banks of these heads hold one member).
+  void conv_block(const std::string& v, const std::string& in, const std::string& name, std::int64_t cin, std::int64_t cout) {
+    param("w" + name, {cout, cin, 3, 3}, cin * 9);
+    param("b" + name, {cout}, cin * 9);
+    param("gw" + name, {cout}, 0, 1.0);
+    param("gb" + name, {cout}, 0, 0.0);
+    body(v + " = torch.conv2d(" + in + ", self.w" + name + "[0], self.b" + name + "[0], [1, 1], [1, 1], [1, 1], 1)");
+    body(v + " = torch.relu(torch.group_norm(" + v + ", " + std::to_string(group_count(cout)) + ", self.gw" + name +
+         "[0], self.gb" + name + "[0], 1e-05, False))");
+  }
+
+  void finish_map(const std::string& v, std::int64_t cin) {
+    param("wo", {c_.outputs, cin, 1, 1}, cin);
+    param("bo", {c_.outputs}, cin);
+    body("y = torch.conv2d(" + v + ", self.wo[0], self.bo[0])");
+    if (is_dense(c_.task)) {
+      upsample_to_mask("y");
+    } else {
+      body("y = y.mean([2, 3])");
+    }
+    body("return y.unsqueeze(0)");
+  }
+
+  void write_conv() {
+    std::int64_t cin = channels(0);
+    body("x = x0");
+    for (std::int64_t i = 0; i < c_.conv_blocks; ++i) {
+      conv_block("x", "x", std::to_string(i), cin, width());
+      cin = width();
+    }
+    finish_map("x", cin);
+  }
+
+  // Levels ordered finest first (largest maps), as FPN and U-Net walk them.
+  std::vector<std::size_t> finest_first() const {
+    std::vector<std::size_t> order(c_.levels.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::stable_sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+      return c_.level_shapes[a][1] * c_.level_shapes[a][2] > c_.level_shapes[b][1] * c_.level_shapes[b][2];
+    });
+    return order;
+  }
+  std::string size_of(std::size_t level) const {
+    return shape_list({c_.level_shapes[level][1], c_.level_shapes[level][2]});
+  }
+
+  void write_fpn() {
+    const auto order = finest_first();
+    const std::size_t n = order.size();
+    const std::int64_t w = width();
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::string s = std::to_string(j);
+      param("lw" + s, {w, channels(order[j]), 1, 1}, channels(order[j]));
+      param("lb" + s, {w}, channels(order[j]));
+      body("p" + s + " = torch.conv2d(" + x(order[j]) + ", self.lw" + s + "[0], self.lb" + s + "[0])");
+    }
+    for (std::size_t j = n - 1; j-- > 0;) {
+      body("p" + std::to_string(j) + " = p" + std::to_string(j) + " + torch.upsample_nearest2d(p" +
+           std::to_string(j + 1) + ", " + size_of(order[j]) + ", None, None)");
+    }
+    if (is_dense(c_.task)) {
+      param("sw", {w, w, 3, 3}, w * 9);
+      param("sb", {w}, w * 9);
+      body("x = torch.relu(torch.conv2d(p0, self.sw[0], self.sb[0], [1, 1], [1, 1], [1, 1], 1))");
+      finish_map("x", w);
+      return;
+    }
+    std::string cat;
+    for (std::size_t j = 0; j < n; ++j) cat += (j ? ", p" : "p") + std::to_string(j) + ".mean([2, 3])";
+    param("wo", {c_.outputs, w * std::int64_t(n)}, w * std::int64_t(n));
+    param("bo", {c_.outputs}, w * std::int64_t(n));
+    body("return torch.linear(torch.cat([" + cat + "], 1), self.wo[0], self.bo[0]).unsqueeze(0)");
+  }
+
+  void write_unet() {
+    const auto order = finest_first();
+    const std::size_t n = order.size();
+    const std::int64_t w = width();
+    body("x = " + x(order[n - 1]));
+    std::int64_t cin = channels(order[n - 1]);
+    for (std::size_t j = n - 1; j-- > 0;) {
+      body("x = torch.cat([torch.upsample_bilinear2d(x, " + size_of(order[j]) + ", False, None, None), " +
+           x(order[j]) + "], 1)");
+      conv_block("x", "x", std::to_string(j), cin + channels(order[j]), w);
+      cin = w;
+    }
+    finish_map("x", cin);
+  }
+
+  const HeadConfig& c_;
+  std::ostringstream out_;
+};
+
+}  // namespace
+
+HeadType parse_head(const std::string& text) {
+  if (text == "linear") return HeadType::kLinear;
+  if (text == "mlp") return HeadType::kMlp;
+  if (text == "conv") return HeadType::kConv;
+  if (text == "fpn") return HeadType::kFpn;
+  if (text == "unet") return HeadType::kUnet;
+  if (text == "pixel-shuffle") return HeadType::kPixelShuffle;
+  throw UsageError("--head: expected linear, mlp, conv, fpn, unet or pixel-shuffle, got \"" + text + "\"");
+}
+
+const char* head_name(HeadType type) {
+  switch (type) {
+    case HeadType::kLinear: return "linear";
+    case HeadType::kMlp: return "mlp";
+    case HeadType::kConv: return "conv";
+    case HeadType::kFpn: return "fpn";
+    case HeadType::kUnet: return "unet";
+    case HeadType::kPixelShuffle: return "pixel-shuffle";
+  }
+  return "?";
+}
+
+bool HeadConfig::pooled_input() const {
+  return !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp);
+}
+
+bool HeadConfig::bankable() const {
+  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle;
+}
+
+std::string HeadConfig::levels_text() const {
+  std::string s;
+  for (const auto& l : levels) s += (s.empty() ? "" : "+") + l;
+  return s;
+}
+
+void HeadConfig::validate() const {
+  const std::string head = std::string("--head ") + head_name(type);
+  const bool multi = type == HeadType::kFpn || type == HeadType::kUnet;
+  if (multi && levels.size() < 2) {
+    throw UsageError(head + " combines several levels; give at least two joined with '+' (e.g. --levels 1+2+3), got " +
+                     levels_text());
+  }
+  if (!multi && levels.size() > 1 && !pooled_input()) {
+    throw UsageError(head + " on --task " + task_name(task) + " reads one level; got " + levels_text() +
+                     " (use fpn or unet to combine levels)");
+  }
+  if (type == HeadType::kMlp && is_dense(task)) {
+    throw UsageError("--head mlp predicts one value per image; for --task " + std::string(task_name(task)) +
+                     " use linear, conv, fpn, unet or pixel-shuffle");
+  }
+  if (type == HeadType::kPixelShuffle && !is_dense(task)) {
+    throw UsageError("--head pixel-shuffle predicts per pixel; use it with --task segmentation or pixel-regression");
+  }
+  if (!pooled_input()) {
+    for (std::size_t i = 0; i < levels.size(); ++i) {
+      if (level_shapes[i].size() != 3) {
+        throw UsageError(head + " needs feature maps, but level " + levels[i] + " is a vector [" +
+                         std::to_string(level_shapes[i][0]) + "]; use --head linear or mlp, or another level");
+      }
+    }
+  }
+  if (type == HeadType::kPixelShuffle) {
+    const auto& s = level_shapes[0];
+    if (out_size[0] % s[1] != 0 || out_size[1] % s[2] != 0 || out_size[0] / s[1] != out_size[1] / s[2]) {
+      throw UsageError("--head pixel-shuffle needs the mask size " + std::to_string(out_size[0]) + "x" +
+                       std::to_string(out_size[1]) + " to be a whole multiple r of level " + levels[0] + "'s " +
+                       std::to_string(s[1]) + "x" + std::to_string(s[2]) + "; use linear (bilinear upsampling)");
+    }
+  }
+  for (auto h : hidden) {
+    if (h <= 0) throw UsageError("--hidden: widths must be positive");
+  }
+  if (dropout < 0 || dropout >= 1) throw UsageError("--dropout: expected a probability in [0, 1)");
+  if (conv_blocks < 1) throw UsageError("--conv-blocks: expected at least 1");
+}
+
+struct HeadBank::Impl {
+  HeadConfig config;
+  std::int64_t members;
+  std::uint64_t seed;
+  c10::Device device;
+  std::string source;
+  std::vector<ParamDef> defs;
+  std::vector<at::Tensor> params;
+  torch::jit::Module module{"EmbcacheHead"};
+  at::Generator dropout_gen;
+
+  Impl(const HeadConfig& c, std::int64_t g, std::uint64_t s, c10::Device d)
+      : config(c), members(g), seed(s), device(d), dropout_gen(at::make_generator<at::CPUGeneratorImpl>(s ^ 0xd40f)) {}
+
+  torch::jit::Module build(const std::vector<at::Tensor>& values, const std::vector<at::Tensor>& mean,
+                           const std::vector<at::Tensor>& std) const {
+    torch::jit::Module m("EmbcacheHead");
+    for (std::size_t i = 0; i < defs.size(); ++i) m.register_parameter(defs[i].name, values[i], false);
+    if (config.standardize) {
+      for (std::size_t i = 0; i < config.levels.size(); ++i) {
+        m.register_buffer("mean_" + std::to_string(i), mean[i]);
+        m.register_buffer("std_" + std::to_string(i), std[i]);
+      }
+    }
+    m.define(source);
+    return m;
+  }
+
+  std::vector<at::Tensor> stats(bool want_mean) const {
+    std::vector<at::Tensor> out;
+    for (std::size_t i = 0; i < config.levels.size(); ++i) {
+      if (config.standardize) {
+        out.push_back(module.attr((want_mean ? "mean_" : "std_") + std::to_string(i)).toTensor());
+      } else {
+        out.push_back(at::Tensor());
+      }
+    }
+    return out;
+  }
+};
+
+HeadBank::HeadBank(const HeadConfig& config, std::int64_t members, std::uint64_t seed, c10::Device device)
+    : impl_(std::make_unique<Impl>(config, members, seed, device)) {
+  config.validate();
+  if (members > 1 && !config.bankable()) throw std::logic_error("HeadBank: this head type holds one member");
+  SourceWriter writer(config);
+  impl_->source = writer.write();
+  impl_->defs = writer.params;
+  // Every member starts from the same draw: what a lone head with this seed would get.
+  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  for (const auto& def : impl_->defs) {
+    at::Tensor one = at::empty(def.shape, at::kFloat);
+    if (def.fan_in > 0) {
+      const double bound = 1.0 / std::sqrt(double(def.fan_in));
+      one.uniform_(-bound, bound, gen);
+    } else {
+      one.fill_(def.fill);
+    }
+    std::vector<std::int64_t> reps(def.shape.size() + 1, 1);
+    reps[0] = members;
+    impl_->params.push_back(one.unsqueeze(0).repeat(reps).to(device).set_requires_grad(true));
+  }
+  std::vector<at::Tensor> mean, std;
+  for (const auto& shape : config.level_shapes) {
+    mean.push_back(at::zeros({shape[0]}, at::TensorOptions().device(device)));
+    std.push_back(at::ones({shape[0]}, at::TensorOptions().device(device)));
+  }
+  impl_->module = impl_->build(impl_->params, mean, std);
+}
+
+HeadBank::~HeadBank() = default;
+HeadBank::HeadBank(HeadBank&&) noexcept = default;
+
+const HeadConfig& HeadBank::config() const { return impl_->config; }
+std::int64_t HeadBank::members() const { return impl_->members; }
+std::string HeadBank::source() const { return impl_->source; }
+std::vector<at::Tensor> HeadBank::parameters() const { return impl_->params; }
+
+void HeadBank::set_standardization(const std::vector<at::Tensor>& mean, const std::vector<at::Tensor>& std) {
+  if (!impl_->config.standardize) return;
+  for (std::size_t i = 0; i < mean.size(); ++i) {
+    impl_->module.setattr("mean_" + std::to_string(i), mean[i].to(impl_->device, at::kFloat));
+    impl_->module.setattr("std_" + std::to_string(i), std[i].to(impl_->device, at::kFloat));
+  }
+}
+
+at::Tensor HeadBank::forward(const std::vector<at::Tensor>& inputs, bool train) {
+  const auto& c = impl_->config;
+  c10::List<at::Tensor> drop;
+  if (train && c.type == HeadType::kMlp && c.dropout > 0) {
+    // One mask per layer shared by the members: each member sees what it would see alone.
+    const std::int64_t batch = inputs.at(0).size(0);
+    for (auto h : c.hidden) {
+      at::Tensor mask = at::empty({1, batch, h}, at::kFloat).bernoulli_(1.0 - c.dropout, impl_->dropout_gen);
+      drop.push_back(mask.div_(1.0 - c.dropout).to(impl_->device));
+    }
+  }
+  c10::List<at::Tensor> feats;
+  for (const auto& t : inputs) feats.push_back(t);
+  return impl_->module.get_method("forward_bank")({feats, drop}).toTensor();
+}
+
+std::vector<at::Tensor> HeadBank::member_state(std::int64_t g) const {
+  std::vector<at::Tensor> state;
+  for (const auto& p : impl_->params) state.push_back(p[g].detach().clone());
+  return state;
+}
+
+void HeadBank::load_member_state(std::int64_t g, const std::vector<at::Tensor>& state) {
+  at::NoGradGuard no_grad;
+  for (std::size_t i = 0; i < impl_->params.size(); ++i) impl_->params[i][g].copy_(state[i]);
+}
+
+void HeadBank::save_member(std::int64_t g, const std::string& path) const {
+  std::vector<at::Tensor> values, mean, std;
+  for (const auto& p : impl_->params) values.push_back(p.narrow(0, g, 1).detach().to(at::kCPU).clone());
+  for (const auto& t : impl_->stats(true)) mean.push_back(t.defined() ? t.to(at::kCPU).clone() : t);
+  for (const auto& t : impl_->stats(false)) std.push_back(t.defined() ? t.to(at::kCPU).clone() : t);
+  torch::jit::Module m = impl_->build(values, mean, std);
+  m.eval();
+  try {
+    m.save(path);
+  } catch (const c10::Error& e) {
+    throw IoError(path + ": cannot write the head (" + first_line(e.what_without_backtrace()) + ")");
+  }
+}
+
+}  // namespace embcache

@@ -1,0 +1,71 @@
+// Probe heads as banks: G heads of one architecture whose parameters are stacked along a leading
+// axis, trained together in one call per batch, each exportable alone as TorchScript.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "embcache/probe/probe_data.hpp"
+
+namespace embcache {
+
+enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle };
+HeadType parse_head(const std::string& text);
+const char* head_name(HeadType type);
+
+struct HeadConfig {
+  HeadType type = HeadType::kLinear;
+  ProbeTask task = ProbeTask::kClassification;
+  std::vector<std::string> levels;                     // cache level names
+  std::vector<std::vector<std::int64_t>> level_shapes;  // per level: [C, H, W] or [C]
+  std::int64_t outputs = 0;                            // classes or regression width
+  std::vector<std::int64_t> out_size;                  // {h, w} of the mask for dense tasks
+  std::vector<std::int64_t> hidden;                    // mlp widths; conv/fpn/unet width = hidden[0]
+  double dropout = 0.0;
+  std::int64_t conv_blocks = 2;
+  bool standardize = false;
+
+  // True when the head reads only globally pooled features (so the feed may pool on load).
+  bool pooled_input() const;
+  // Whether G > 1 heads can share one bank (stacked parameters); otherwise one bank per head.
+  bool bankable() const;
+  std::string levels_text() const;  // "2" or "2+3"
+  // Throws UsageError naming the problem when the architecture cannot work on these levels.
+  void validate() const;
+};
+
+class HeadBank {
+ public:
+  // `members` heads, each initialised exactly as a lone head with `seed` would be.
+  HeadBank(const HeadConfig& config, std::int64_t members, std::uint64_t seed, c10::Device device);
+  ~HeadBank();
+  HeadBank(HeadBank&&) noexcept;
+
+  const HeadConfig& config() const;
+  std::int64_t members() const;
+  // Per-level channel statistics (from the training split) applied before the head.
+  void set_standardization(const std::vector<at::Tensor>& mean, const std::vector<at::Tensor>& std);
+  // Inputs in config().levels order (pooled [B, C] or maps [B, C, H, W], float32). Returns
+  // [G, B, outputs] or, for dense tasks, [G, B, outputs, h, w]. `train` enables dropout.
+  at::Tensor forward(const std::vector<at::Tensor>& inputs, bool train);
+  std::vector<at::Tensor> parameters() const;  // stacked along dim 0, requires_grad
+  // Copies of member g's parameter slices, and their restoration.
+  std::vector<at::Tensor> member_state(std::int64_t g) const;
+  void load_member_state(std::int64_t g, const std::vector<at::Tensor>& state);
+  // Member g alone as a TorchScript module: forward(List[Tensor]) -> Tensor, standardisation
+  // inside, inputs as read from the cache (maps are pooled inside when the head pools).
+  void save_member(std::int64_t g, const std::string& path) const;
+  // The generated TorchScript source, for tests and docs.
+  std::string source() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace embcache

@@ -1,0 +1,283 @@
+#include "embcache/probe/probe_data.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <map>
+#include <sstream>
+
+#include "embcache/core/error.hpp"
+
+namespace embcache {
+namespace {
+
+const char* kSplitOptions[3] = {"--train-split", "--val-split", "--test-split"};
+
+// FNV-1a of the window key: the same window always lands on the same side of a --val-fraction
+// carve, whatever the seed, and all crops of a window stay together (no leakage across splits).
+std::uint64_t window_hash(const std::string& group, const std::string& window) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  mix(group);
+  mix(window);
+  return h;
+}
+
+std::string split_counts_text(const std::map<std::string, std::int64_t>& counts) {
+  std::string text;
+  for (const auto& [name, n] : counts) text += (text.empty() ? "" : ", ") + name + " (" + std::to_string(n) + ")";
+  return text.empty() ? "none" : text;
+}
+
+}  // namespace
+
+ProbeTask parse_task(const std::string& text) {
+  if (text == "classification") return ProbeTask::kClassification;
+  if (text == "multilabel") return ProbeTask::kMultilabel;
+  if (text == "segmentation") return ProbeTask::kSegmentation;
+  if (text == "regression") return ProbeTask::kRegression;
+  if (text == "pixel-regression") return ProbeTask::kPixelRegression;
+  throw UsageError("--task: expected classification, multilabel, segmentation, regression or "
+                   "pixel-regression, got \"" + text + "\"");
+}
+
+const char* task_name(ProbeTask task) {
+  switch (task) {
+    case ProbeTask::kClassification: return "classification";
+    case ProbeTask::kMultilabel: return "multilabel";
+    case ProbeTask::kSegmentation: return "segmentation";
+    case ProbeTask::kRegression: return "regression";
+    case ProbeTask::kPixelRegression: return "pixel-regression";
+  }
+  return "?";
+}
+
+bool is_dense(ProbeTask task) {
+  return task == ProbeTask::kSegmentation || task == ProbeTask::kPixelRegression;
+}
+
+std::int64_t SplitRows::size() const {
+  std::int64_t n = 0;
+  for (const auto& r : rows) n += std::int64_t(r.size());
+  return n;
+}
+
+ProbeData::~ProbeData() = default;
+
+ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) {
+  if (options.caches.empty()) throw UsageError("--cache: at least one cache is needed");
+  for (const auto& path : options.caches) caches_.push_back(std::make_unique<CacheFileReader>(path));
+  const auto& first = *caches_.front();
+  for (std::size_t i = 1; i < caches_.size(); ++i) {
+    const auto differences = signature_differences(first.signature(), caches_[i]->signature());
+    if (!differences.empty()) {
+      std::string fields;
+      for (const auto& d : differences) fields += (fields.empty() ? "" : ", ") + d;
+      throw InputError("--cache " + caches_[i]->path() + ": its signature differs from " + first.path() +
+                       " in " + fields + "; caches trained on together must come from the same "
+                       "encoder, preprocessing and crops");
+    }
+  }
+
+  const LabelKinds& labels = first.label_kinds();
+  const std::string what = "--task " + std::string(task_name(task)) + " needs ";
+  if (task == ProbeTask::kClassification && !labels.has_class) {
+    throw InputError(first.path() + ": the cache has no class labels (/labels/class); " + what +
+                     "them: precompute from a dataset with integer /labels");
+  }
+  if ((task == ProbeTask::kRegression || task == ProbeTask::kMultilabel) && !labels.has_value) {
+    throw InputError(first.path() + ": the cache has no float labels (/labels/value); " + what +
+                     "them: precompute from a dataset with float32 /labels");
+  }
+  if (task == ProbeTask::kMultilabel && labels.value_width == 0) {
+    throw InputError(first.path() + ": /labels/value is one number per row; " + what +
+                     "a 0/1 vector per row ([N, K] labels)");
+  }
+  if (is_dense(task) && !labels.has_mask) {
+    throw InputError(first.path() + ": the cache has no masks (/labels/mask); " + what +
+                     "them: precompute from a dataset with /masks");
+  }
+
+  // Splits.
+  const std::string names[3] = {options.train_split, options.val_split, options.test_split};
+  std::map<std::string, std::int64_t> counts;
+  for (int s = 0; s < 3; ++s) {
+    splits_[s].name = names[s];
+    splits_[s].rows.resize(caches_.size());
+  }
+  for (std::size_t c = 0; c < caches_.size(); ++c) {
+    const CacheIndex index = caches_[c]->read_index();
+    for (std::size_t r = 0; r < index.splits.size(); ++r) {
+      ++counts[index.splits[r]];
+      for (int s = 0; s < 3; ++s) {
+        if (index.splits[r] != names[s]) continue;
+        if (s == 0 && options.val_fraction > 0 &&
+            double(window_hash(index.groups[r], index.windows[r]) % 1000000) < options.val_fraction * 1e6) {
+          splits_[1].rows[c].push_back(std::int64_t(r));
+        } else {
+          splits_[s].rows[c].push_back(std::int64_t(r));
+        }
+        break;
+      }
+    }
+  }
+  if (options.val_fraction < 0 || options.val_fraction >= 1) {
+    throw UsageError("--val-fraction: expected a fraction in [0, 1), got " + std::to_string(options.val_fraction));
+  }
+  if (options.val_fraction > 0 && counts.count(options.val_split)) {
+    throw UsageError("--val-fraction: the caches already have a '" + options.val_split +
+                     "' split; drop --val-fraction, or name another --val-split to carve into");
+  }
+  if (train().size() == 0) {
+    throw InputError("--train-split: no rows in split '" + names[0] + "'; the caches' splits are: " +
+                     split_counts_text(counts));
+  }
+  if (val().size() == 0) {
+    throw InputError("--val-split: no rows in split '" + names[1] + "' (the caches' splits are: " +
+                     split_counts_text(counts) + "); name one with --val-split, or carve one from "
+                     "train with --val-fraction 0.1");
+  }
+  mask_shape_ = first.mask_shape();
+  ignore_index_ = options.ignore_index != -1000000 ? options.ignore_index : labels.ignore_index;
+  load_targets(options);
+}
+
+at::Tensor ProbeData::gather_targets(const SplitRows& split, const std::vector<at::Tensor>& per_cache) const {
+  std::vector<at::Tensor> parts;
+  for (std::size_t c = 0; c < caches_.size(); ++c) {
+    const auto& rows = split.rows[c];
+    if (rows.empty()) continue;
+    const at::Tensor idx = at::tensor(rows, at::kLong);
+    parts.push_back(per_cache[c].index_select(0, idx));
+  }
+  return parts.empty() ? at::Tensor() : at::cat(parts);
+}
+
+void ProbeData::load_targets(const ProbeOptions& options) {
+  if (is_dense(task_)) {
+    if (task_ == ProbeTask::kSegmentation) {
+      check_mask_classes(options);
+    } else {
+      num_outputs_ = 1;
+    }
+    return;
+  }
+  std::vector<at::Tensor> per_cache;
+  for (const auto& cache : caches_) {
+    const RowBatch labels = [&] {
+      // Only the label columns are needed; read_rows would also read features, so read directly.
+      RowBatch b;
+      if (task_ == ProbeTask::kClassification) {
+        b.label_class = at::empty({cache->rows()}, at::kLong);
+        h5::read_rows(h5::open_dataset(cache->file(), cache_paths::kLabelClass).get(), H5T_NATIVE_INT64,
+                      0, hsize_t(cache->rows()), b.label_class.data_ptr(), cache->path());
+      } else {
+        const auto width = cache->label_kinds().value_width;
+        b.label_value = width > 0 ? at::empty({cache->rows(), width}, at::kFloat)
+                                  : at::empty({cache->rows(), 1}, at::kFloat);
+        h5::read_rows(h5::open_dataset(cache->file(), cache_paths::kLabelValue).get(), H5T_NATIVE_FLOAT,
+                      0, hsize_t(cache->rows()), b.label_value.data_ptr(), cache->path());
+      }
+      return b;
+    }();
+    per_cache.push_back(task_ == ProbeTask::kClassification ? labels.label_class : labels.label_value);
+  }
+  for (int s = 0; s < 3; ++s) targets_[s] = gather_targets(splits_[s], per_cache);
+
+  if (task_ == ProbeTask::kClassification) {
+    std::int64_t max_class = 0;
+    for (int s = 0; s < 3; ++s) {
+      if (targets_[s].defined() && targets_[s].numel() > 0) max_class = std::max(max_class, targets_[s].max().item<std::int64_t>());
+    }
+    num_outputs_ = options.num_classes > 0 ? options.num_classes : max_class + 1;
+    for (std::size_t c = 0; c < caches_.size(); ++c) {
+      const auto* ids = per_cache[c].data_ptr<std::int64_t>();
+      for (int s = 0; s < 3; ++s) {
+        for (auto r : splits_[s].rows[c]) {
+          if (ids[r] >= 0 && ids[r] < num_outputs_) continue;
+          const CacheIndex index = caches_[c]->read_index();
+          throw InputError(caches_[c]->path() + ": row " + std::to_string(r) + " (" + index.groups[r] + "/" +
+                           index.windows[r] + ") has class " + std::to_string(ids[r]) + ", outside [0, " +
+                           std::to_string(num_outputs_) + ") set by --num-classes; raise --num-classes");
+        }
+      }
+    }
+    if (num_outputs_ < 2) {
+      throw InputError(caches_.front()->path() + ": every row has class 0; classification needs at least "
+                       "two classes (or pass --num-classes)");
+    }
+  } else {
+    num_outputs_ = targets_[0].size(1);
+    if (task_ == ProbeTask::kMultilabel) {
+      for (int s = 0; s < 3; ++s) {
+        if (!targets_[s].defined()) continue;
+        if (!at::logical_or(targets_[s] == 0, targets_[s] == 1).all().item<bool>()) {
+          throw InputError(caches_.front()->path() + ": /labels/value holds values other than 0 and 1 in split '" +
+                           splits_[s].name + "'; --task multilabel needs 0/1 vectors (use --task regression)");
+        }
+      }
+    } else if (!at::isfinite(targets_[0]).all().item<bool>()) {
+      throw InputError(caches_.front()->path() + ": /labels/value holds NaN or Inf in the training split");
+    }
+  }
+}
+
+void ProbeData::check_mask_classes(const ProbeOptions& options) {
+  // Masks can be large; scan them in blocks of rows, never all at once.
+  std::int64_t max_class = -1;
+  for (std::size_t c = 0; c < caches_.size(); ++c) {
+    const auto& cache = *caches_[c];
+    const std::int64_t block = std::max<std::int64_t>(1, (64 << 20) / std::max<std::int64_t>(1, 4 * mask_shape_[0] * mask_shape_[1]));
+    for (std::int64_t start = 0; start < cache.rows(); start += block) {
+      const std::int64_t n = std::min(block, cache.rows() - start);
+      const at::Tensor m = cache.read_masks(start, n);
+      const at::Tensor valid = m != ignore_index_;
+      if (!valid.any().item<bool>()) continue;
+      const at::Tensor values = m.masked_select(valid);
+      const std::int64_t lo = values.min().item<std::int64_t>();
+      const std::int64_t hi = values.max().item<std::int64_t>();
+      if (lo < 0 || (options.num_classes > 0 && hi >= options.num_classes)) {
+        const bool low = lo < 0;
+        const at::Tensor bad = low ? at::logical_and(valid, m < 0) : at::logical_and(valid, m >= options.num_classes);
+        const std::int64_t row = start + bad.flatten(1).any(1).nonzero().min().item<std::int64_t>();
+        const CacheIndex index = cache.read_index();
+        throw InputError(cache.path() + ": row " + std::to_string(row) + " (" + index.groups[row] + "/" +
+                         index.windows[row] + ") has mask class " + std::to_string(low ? lo : hi) +
+                         (low ? ", below 0 and not the ignore index " + std::to_string(ignore_index_) +
+                                    "; set --ignore-index"
+                              : ", outside [0, " + std::to_string(options.num_classes) +
+                                    ") set by --num-classes; raise --num-classes"));
+      }
+      max_class = std::max(max_class, hi);
+    }
+  }
+  num_outputs_ = options.num_classes > 0 ? options.num_classes : max_class + 1;
+  if (num_outputs_ < 2) {
+    throw InputError(caches_.front()->path() + ": the masks hold fewer than two classes besides the ignore "
+                     "index " + std::to_string(ignore_index_) + "; segmentation needs at least two (or --num-classes)");
+  }
+}
+
+const LevelSpec& ProbeData::level(const std::string& name_or_index) const {
+  for (const auto& l : levels()) {
+    if (l.name == name_or_index) return l;
+  }
+  for (const auto& l : levels()) {
+    if (std::to_string(l.index) == name_or_index) return l;
+  }
+  std::string names;
+  for (const auto& l : levels()) names += (names.empty() ? "" : ", ") + l.name + " " + l.shape_text();
+  throw UsageError("--levels: level '" + name_or_index + "' is not in " + caches_.front()->path() +
+                   "; its levels are: " + names);
+}
+
+std::string ProbeData::describe_split_sizes() const {
+  std::ostringstream out;
+  for (int s = 0; s < 3; ++s) out << (s ? ", " : "") << splits_[s].name << " " << splits_[s].size();
+  return out.str();
+}
+
+}  // namespace embcache

@@ -1,0 +1,68 @@
+// The data side of a probe run: the caches (checked to agree), the task's labels, and the rows of
+// each split. Features themselves are fed by FeatureFeed.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "embcache/probe/probe_options.hpp"
+#include "embcache/store/cache_file_reader.hpp"
+
+namespace embcache {
+
+enum class ProbeTask { kClassification, kMultilabel, kSegmentation, kRegression, kPixelRegression };
+ProbeTask parse_task(const std::string& text);
+const char* task_name(ProbeTask task);
+bool is_dense(ProbeTask task);  // segmentation and pixel-regression predict a value per pixel
+
+// The rows of one split, ordered by (cache, row).
+struct SplitRows {
+  std::string name;
+  std::vector<std::vector<std::int64_t>> rows;  // per cache, ascending
+  std::int64_t size() const;
+};
+
+class ProbeData {
+ public:
+  // Opens the caches, checks that their signatures agree and that they carry the labels `task`
+  // needs, selects the splits and loads the (small) image-level targets.
+  ProbeData(const ProbeOptions& options, ProbeTask task);
+  ~ProbeData();
+
+  ProbeTask task() const { return task_; }
+  const std::vector<std::unique_ptr<CacheFileReader>>& caches() const { return caches_; }
+  // Resolves a level by name, or by encoder output index; UsageError listing the levels otherwise.
+  const LevelSpec& level(const std::string& name_or_index) const;
+  const std::vector<LevelSpec>& levels() const { return caches_.front()->levels(); }
+
+  const SplitRows& train() const { return splits_[0]; }
+  const SplitRows& val() const { return splits_[1]; }
+  const SplitRows& test() const { return splits_[2]; }  // may be empty
+  // Image-level targets of a split (classification: int64 [n]; multilabel/regression: float32
+  // [n] or [n, K]); undefined for dense tasks, whose targets are the masks.
+  const at::Tensor& targets(int split) const { return targets_[split]; }
+
+  std::int64_t num_outputs() const { return num_outputs_; }  // classes, or regression width
+  std::int64_t ignore_index() const { return ignore_index_; }
+  std::vector<std::int64_t> mask_shape() const { return mask_shape_; }  // {h, w} for dense tasks
+  std::string describe_split_sizes() const;
+
+ private:
+  void load_targets(const ProbeOptions& options);
+  at::Tensor gather_targets(const SplitRows& split, const std::vector<at::Tensor>& per_cache) const;
+  void check_mask_classes(const ProbeOptions& options);
+
+  ProbeTask task_;
+  std::vector<std::unique_ptr<CacheFileReader>> caches_;
+  SplitRows splits_[3];
+  at::Tensor targets_[3];
+  std::int64_t num_outputs_ = 0;
+  std::int64_t ignore_index_ = -1;
+  std::vector<std::int64_t> mask_shape_;
+};
+
+}  // namespace embcache
