@@ -556,7 +556,9 @@ ProbeResult train_probe(const ProbeOptions& options) {
   std::ostringstream line;
   line << "train-probe: best " << winner.id << " (epoch " << winner.best_epoch << "): val " << primary << " "
        << format_number(winner.best_value);
-  if (j["test"].contains(primary)) line << ", test " << primary << " " << j["test"][primary].dump();
+  if (j["test"].contains(primary) && j["test"][primary].is_number()) {
+    line << ", test " << primary << " " << format_number(j["test"][primary].get<double>());
+  }
   line << "; " << combos.size() << " head" << (combos.size() == 1 ? "" : "s") << ", " << epochs_run << " epochs, "
        << std::fixed << std::setprecision(1) << train_seconds << " s, " << std::setprecision(0)
        << j["timing"]["samples_per_second"].get<double>() << " samples/s, tier " << tier_name(tier) << " -> "

@@ -125,6 +125,8 @@ void CacheFileWriter::create_mask_dataset(std::int64_t height, std::int64_t widt
   std::vector<hsize_t> dims{0, hsize_t(height), hsize_t(width)};
   std::vector<hsize_t> maxdims{H5S_UNLIMITED, hsize_t(height), hsize_t(width)};
   h5::Handle space(H5Screate_simple(3, dims.data(), maxdims.data()), H5Sclose);
+  // A dataset with masks but no image-level labels has no /labels group yet.
+  if (!h5::exists(file_.get(), "labels")) h5::create_group(file_.get(), "labels");
   StorageOptions masks;  // masks are small integers: gzip shrinks them several-fold at no risk
   masks.compression.kind = Compression::Kind::kGzip;
   h5::Handle dcpl = feature_create_plist(chunk, masks);

@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# train-probe end to end: a linear probe on real data (Fashion-MNIST) agrees with an independent
+# L-BFGS logistic regression; head.pt reproduces the reported test metric in Python; a grid
+# member equals the same head trained alone; runs are deterministic; segmentation heads reach a
+# high mIoU; the stream tier trains within a small budget; bad input gets one clear line.
+source "$(dirname "$0")/lib.sh"
+: "${PROBE_PY:?run through ctest}" "${DEMO_DATA_PY:?}"
+probe() { "$PYTHON" "$PROBE_PY" "$@"; }
+
+"$PYTHON" "$DEMO_DATA_PY" . --train 3000 --val 500 --test 2000 >/dev/null
+"$EMBCACHE" precompute --encoder demo_encoder.pt --dataset fashion_mnist.h5 --out fm.h5 --quiet --no-fsync \
+  --scale 0.00392157 --mean 0.286 --std 0.353 --dtype float16
+
+# Linear probe vs L-BFGS logistic regression on the same pooled, standardised features.
+"$EMBCACHE" train-probe --cache fm.h5 --out lin --task classification --head linear --levels 1 \
+  --lr 3e-3,1e-2,3e-2 --epochs 60 --quiet --bootstrap 200
+ours=$("$PYTHON" -c 'import json; print(json.load(open("lin/metrics.json"))["test"]["accuracy"])')
+ref=$(probe lbfgs fm.h5 1)
+"$PYTHON" - "$ours" "$ref" <<'PY' || fail "linear probe and L-BFGS disagree"
+import sys
+ours, ref = map(float, sys.argv[1:])
+print(f"linear probe test accuracy {ours:.4f}, L-BFGS logistic regression {ref:.4f}")
+sys.exit(0 if abs(ours - ref) <= 0.01 else 1)
+PY
+probe head fm.h5 lin
+"$PYTHON" - <<'PY' || fail "metrics.json lacks required fields"
+import json
+m = json.load(open("lin/metrics.json"))
+for k in ["accuracy", "top5_accuracy", "macro_f1", "per_class_recall", "confusion_matrix"]:
+    assert k in m["test"], k
+lo, hi = m["test_ci95"]["accuracy"]
+assert lo <= m["test"]["accuracy"] <= hi and hi - lo < 0.1, (lo, hi)
+assert len(m["combinations"]) == 3 and m["data"]["tier"] == "host"
+assert m["timing"]["samples_per_second"] > 0 and len(m["history"]) == 180
+print("metrics.json: test metrics, confidence interval, grid and timing present")
+PY
+[[ $(wc -l <lin/history.csv) -eq 181 ]] || fail "history.csv should have a header and 180 rows"
+
+# A grid member equals the head trained alone; same seed, same results run to run.
+"$EMBCACHE" train-probe --cache fm.h5 --out solo --task classification --head linear,mlp --levels 1 --lr 1e-2 --epochs 5 --quiet
+"$EMBCACHE" train-probe --cache fm.h5 --out grid --task classification --head linear,mlp --levels 0,1 \
+  --lr 1e-3,1e-2 --weight-decay 0,1e-4 --epochs 5 --quiet
+probe same solo grid "linear levels=1 lr=0.01 wd=0"
+probe same solo grid "mlp levels=1 lr=0.01 wd=0"
+"$EMBCACHE" train-probe --cache fm.h5 --out grid2 --task classification --head linear,mlp --levels 0,1 \
+  --lr 1e-3,1e-2 --weight-decay 0,1e-4 --epochs 5 --quiet
+probe same grid grid2
+
+# Stream tier with a budget far below the cache: trains as well as the host tier (only the
+# shuffle order differs) and reports its statistics.
+for tier in host stream; do
+  "$EMBCACHE" train-probe --cache fm.h5 --out $tier --task classification --levels 0 --head conv --hidden 32 \
+    --conv-blocks 1 --tier $tier --host-memory-budget $([[ $tier == host ]] && echo 1G || echo 16M) --epochs 3 --lr 1e-2 --quiet
+done
+"$PYTHON" - <<'PY' || fail "stream tier"
+import json
+h, s = (json.load(open(f"{t}/metrics.json")) for t in ("host", "stream"))
+d = s["data"]
+assert d["tier"] == "stream" and d["bytes_resident"] == 0 and 0 < d["block_row_utilization"] <= 1, d
+assert h["data"]["tier"] == "host", h["data"]
+a, b = h["test"]["accuracy"], s["test"]["accuracy"]
+print(f"test accuracy: host tier {a:.3f}, stream tier {b:.3f} (read {d['bytes_read']/1e6:.0f} MB)")
+assert abs(a - b) <= 0.03 and b > 0.3
+PY
+
+# Segmentation: conv and fpn reach a high mIoU on shapes with known masks; head.pt agrees.
+probe segdata seg.h5 --n 600
+"$EMBCACHE" precompute --encoder demo_encoder.pt --dataset seg.h5 --out seg_cache.h5 --levels 0,1 --quiet --no-fsync \
+  --scale 0.00392157 --mean 0.5 --std 0.25
+for head in conv fpn; do
+  levels=0; [[ $head == fpn ]] && levels=0+1
+  "$EMBCACHE" train-probe --cache seg_cache.h5 --out seg-$head --task segmentation --head $head --levels $levels \
+    --lr 3e-3 --epochs 15 --batch-size 32 --hidden 32 --quiet
+  "$PYTHON" - seg-$head <<'PY' || fail "segmentation mIoU too low"
+import json, sys
+m = json.load(open(sys.argv[1] + "/metrics.json"))
+print(f"{sys.argv[1]}: test mIoU {m['test']['miou']:.3f}, pixel accuracy {m['test']['pixel_accuracy']:.3f}")
+sys.exit(0 if m["test"]["miou"] >= 0.85 else 1)
+PY
+done
+probe head seg_cache.h5 seg-fpn
+"$EMBCACHE" train-probe --cache seg_cache.h5 --out seg-more --task segmentation --head linear,pixel-shuffle --levels 0 \
+  --lr 1e-2 --epochs 2 --batch-size 64 --quiet
+"$EMBCACHE" train-probe --cache seg_cache.h5 --out seg-unet --task segmentation --head unet --levels 0+1 \
+  --epochs 1 --batch-size 64 --hidden 16 --quiet
+"$EMBCACHE" train-probe --cache seg_cache.h5 --out pixreg --task pixel-regression --head linear --levels 0 \
+  --epochs 2 --quiet
+
+# Bad input: one line each, non-zero exit, nothing written.
+expect_error 3 "no masks" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task segmentation --levels 0
+expect_error 3 "no class labels" "$EMBCACHE" train-probe --cache seg_cache.h5 --out bad --task classification --levels 0
+expect_error 2 "level '7' is not in" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 7
+expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split holdout
+expect_error 3 "outside \[0, 5)" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --num-classes 5
+"$EMBCACHE" precompute --encoder demo_encoder.pt --dataset fashion_mnist.h5 --out fm32.h5 --quiet --no-fsync
+expect_error 3 "signature differs" "$EMBCACHE" train-probe --cache fm.h5 --cache fm32.h5 --out bad --task classification --levels 1
+expect_error 2 "exhausted" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 0 --host-memory-budget 64K
+expect_error 2 "host-memory-budget" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 0 --tier host --host-memory-budget 64K
+expect_error 3 "loss of linear levels=1 lr=1e+38 wd=0 is not finite in epoch 1" "$EMBCACHE" train-probe --cache fm.h5 --out bad \
+  --task classification --levels 1 --optimizer sgd --lr 1e38 --schedule constant
+expect_error 2 "fpn combines several levels" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head fpn --levels 1
+expect_error 2 "level 2 is a vector" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head conv --levels 2
+expect_error 3 "not an HDF5 file" "$EMBCACHE" train-probe --cache fashion_mnist.h5x --out bad --task classification --levels 1
+[[ ! -e bad ]] || fail "a failed run left a run directory"
+echo "e2e_probe: all checks passed"

@@ -1,0 +1,176 @@
+#!/usr/bin/python3
+"""Independent checks of `embcache train-probe`, computed from the cache with h5py + torch only.
+
+  probe_checks.py lbfgs CACHE LEVEL            test accuracy of an L-BFGS logistic regression on
+                                               the level's pooled, standardised train features
+  probe_checks.py head CACHE RUN_DIR           head.pt run on the test split reproduces the test
+                                               metric in RUN_DIR/metrics.json
+  probe_checks.py segdata OUT.h5 [--n N]       synthetic segmentation dataset (1x28x28, 3 classes)
+  probe_checks.py same RUN_A RUN_B [COMBO]     two runs report identical metrics (optionally the
+                                               histories of one combination only)
+"""
+import argparse
+import json
+import sys
+
+import h5py
+import numpy as np
+import torch
+
+
+def split_rows(f, name):
+    return np.flatnonzero(f["index/split"].asstr()[:] == name)
+
+
+def pooled(f, level, rows):
+    x = f[f"levels/{level}"].astype("f4")[:][rows]
+    x = torch.from_numpy(x)
+    return x.mean(dim=(2, 3)) if x.dim() == 4 else x
+
+
+def lbfgs(args) -> int:
+    with h5py.File(args.cache, "r") as f:
+        tr, te = split_rows(f, "train"), split_rows(f, "test")
+        xtr, xte = pooled(f, args.level, tr).double(), pooled(f, args.level, te).double()
+        y = torch.from_numpy(f["labels/class"][:])
+    ytr, yte = y[tr], y[te]
+    mean, std = xtr.mean(0), xtr.std(0, unbiased=False).clamp_min(1e-6)
+    xtr, xte = (xtr - mean) / std, (xte - mean) / std
+    k = int(y.max()) + 1
+    w = torch.zeros(xtr.shape[1], k, dtype=torch.float64, requires_grad=True)
+    b = torch.zeros(k, dtype=torch.float64, requires_grad=True)
+    opt = torch.optim.LBFGS([w, b], lr=1, max_iter=500, tolerance_grad=1e-9, tolerance_change=1e-12,
+                            history_size=50, line_search_fn="strong_wolfe")
+
+    def closure():
+        opt.zero_grad()
+        loss = torch.nn.functional.cross_entropy(xtr @ w + b, ytr) + args.l2 * (w * w).sum()
+        loss.backward()
+        return loss
+
+    for _ in range(5):
+        opt.step(closure)
+    acc = ((xte @ w + b).argmax(1) == yte).double().mean().item()
+    print(f"{acc:.6f}")
+    return 0
+
+
+def head(args) -> int:
+    with open(f"{args.run}/metrics.json") as fh:
+        m = json.load(fh)
+    levels = m["best"]["levels"]
+    task = m["task"]
+    module = torch.jit.load(f"{args.run}/head.pt")
+    with h5py.File(args.cache, "r") as f:
+        rows = split_rows(f, m["splits"]["test"]["name"])
+        feats = [torch.from_numpy(f[f"levels/{l}"].astype("f4")[:][rows]) for l in levels]
+        with torch.no_grad():
+            out = module(feats)
+        if task == "classification":
+            y = torch.from_numpy(f["labels/class"][:][rows])
+            got = (out.argmax(1) == y).double().mean().item()
+            want = m["test"]["accuracy"]
+        elif task == "segmentation":
+            mask = torch.from_numpy(f["labels/mask"][:][rows]).long()
+            ignore = int(f["labels/mask"].attrs.get("ignore_index", -1))
+            pred = out.argmax(1)
+            valid = mask != ignore
+            k = m["num_outputs"]
+            ious = []
+            for c in range(k):
+                tp = ((pred == c) & (mask == c) & valid).sum().item()
+                union = (((pred == c) | (mask == c)) & valid).sum().item()
+                if union > 0:
+                    ious.append(tp / union)
+            got, want = float(np.mean(ious)), m["test"]["miou"]
+        else:
+            print(f"unsupported task {task}", file=sys.stderr)
+            return 1
+    print(f"head.pt on the test split: {got:.6f}; metrics.json: {want:.6f}")
+    if abs(got - want) > 1e-9:
+        print("FAIL: head.pt does not reproduce the reported test metric", file=sys.stderr)
+        return 1
+    return 0
+
+
+def segdata(args) -> int:
+    """Bright squares (class 1) and dark discs (class 2) on a noisy mid-grey background (class 0)."""
+    rng = np.random.default_rng(0)
+    n = args.n
+    images = np.zeros((n, 1, 28, 28), np.uint8)
+    masks = np.zeros((n, 28, 28), np.int32)
+    yy, xx = np.mgrid[0:28, 0:28]
+    for i in range(n):
+        img = np.full((28, 28), 128.0) + rng.normal(0, 8, (28, 28))
+        m = np.zeros((28, 28), np.int32)
+        for _ in range(2):
+            s = rng.integers(6, 12)
+            y0, x0 = rng.integers(0, 28 - s, 2)
+            img[y0:y0 + s, x0:x0 + s] = 230 + rng.normal(0, 8)
+            m[y0:y0 + s, x0:x0 + s] = 1
+        r = rng.integers(4, 7)
+        cy, cx = rng.integers(r, 28 - r, 2)
+        disc = (yy - cy) ** 2 + (xx - cx) ** 2 <= r * r
+        img[disc] = 25
+        m[disc] = 2
+        m[0, 0] = -1  # one ignored pixel per image
+        images[i, 0] = np.clip(img, 0, 255)
+        masks[i] = m
+    splits = np.array(["train"] * (n * 7 // 10) + ["val"] * (n * 15 // 100), dtype=object)
+    splits = np.concatenate([splits, np.array(["test"] * (n - len(splits)), dtype=object)])
+    with h5py.File(args.out, "w") as f:
+        f.create_dataset("images", data=images)
+        d = f.create_dataset("masks", data=masks)
+        d.attrs["ignore_index"] = -1
+        f.create_dataset("splits", data=splits.astype(str).tolist(), dtype=h5py.string_dtype("utf-8"))
+    return 0
+
+
+def same(args) -> int:
+    with open(f"{args.a}/metrics.json") as fa, open(f"{args.b}/metrics.json") as fb:
+        a, b = json.load(fa), json.load(fb)
+    if args.combination:
+        ha = [(r["epoch"], r["train_loss"], r["val"]) for r in a["history"] if r["combination"] == args.combination]
+        hb = [(r["epoch"], r["train_loss"], r["val"]) for r in b["history"] if r["combination"] == args.combination]
+        if not ha or ha != hb:
+            print(f"FAIL: histories of {args.combination} differ:\n{ha[:2]}\n{hb[:2]}", file=sys.stderr)
+            return 1
+        print(f"{args.combination}: {len(ha)} epochs identical")
+        return 0
+    keys = ["val", "test", "best", "combinations"]
+    ha = [(r["epoch"], r["combination"], r["train_loss"], r["val"]) for r in a["history"]]
+    hb = [(r["epoch"], r["combination"], r["train_loss"], r["val"]) for r in b["history"]]
+    if any(a[k] != b[k] for k in keys) or ha != hb:
+        print("FAIL: the two runs differ", file=sys.stderr)
+        return 1
+    print("identical metrics and histories")
+    return 0
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    sub = p.add_subparsers(dest="cmd", required=True)
+    q = sub.add_parser("lbfgs")
+    q.add_argument("cache")
+    q.add_argument("level")
+    q.add_argument("--l2", type=float, default=0.0)
+    q.set_defaults(fn=lbfgs)
+    q = sub.add_parser("head")
+    q.add_argument("cache")
+    q.add_argument("run")
+    q.set_defaults(fn=head)
+    q = sub.add_parser("segdata")
+    q.add_argument("out")
+    q.add_argument("--n", type=int, default=600)
+    q.set_defaults(fn=segdata)
+    q = sub.add_parser("same")
+    q.add_argument("a")
+    q.add_argument("b")
+    q.add_argument("combination", nargs="?")
+    q.set_defaults(fn=same)
+    args = p.parse_args()
+    return args.fn(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
