@@ -121,6 +121,20 @@ class ShapeChanges(nn.Module):
         return x.mean(dim=(2, 3)).repeat(1, 1 + self.calls % 2)
 
 
+class ProbeBackbone(nn.Module):
+    """scripts/bench_probe.sh: a small CNN from 3x96x96 images to levels 96x6x6 and 1280x3x3."""
+
+    def __init__(self):
+        super().__init__()
+        self.c1, self.c2 = nn.Conv2d(3, 32, 3, 2, 1), nn.Conv2d(32, 64, 3, 2, 1)
+        self.c3, self.c4 = nn.Conv2d(64, 96, 3, 2, 1), nn.Conv2d(96, 96, 3, 2, 1)
+        self.c5 = nn.Conv2d(96, 1280, 3, 2, 1)
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        a = F.relu(self.c4(F.relu(self.c3(F.relu(self.c2(F.relu(self.c1(x))))))))
+        return [a, F.relu(self.c5(a))]
+
+
 def export_encoders(out_dir: str, in_ch: int) -> None:
     os.makedirs(out_dir, exist_ok=True)
     torch.manual_seed(0)
@@ -134,6 +148,7 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(Light(in_ch).eval()), os.path.join(out_dir, "light.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch).eval()), os.path.join(out_dir, "heavy.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))
+    torch.jit.save(torch.jit.script(ProbeBackbone().eval()), os.path.join(out_dir, "bench_probe.pt"))
     for name, module in [("bad_rank", BadRank()), ("bad_rank5", BadRank5()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
                          ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges())]:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))

@@ -130,12 +130,21 @@ def same(args) -> int:
     with open(f"{args.a}/metrics.json") as fa, open(f"{args.b}/metrics.json") as fb:
         a, b = json.load(fa), json.load(fb)
     if args.combination:
-        ha = [(r["epoch"], r["train_loss"], r["val"]) for r in a["history"] if r["combination"] == args.combination]
-        hb = [(r["epoch"], r["train_loss"], r["val"]) for r in b["history"] if r["combination"] == args.combination]
-        if not ha or ha != hb:
+        # A grid member against the lone head: the members' first layer is one GEMM over all
+        # heads, whose blocking differs from a lone head's, so losses agree to float rounding
+        # (relative 1e-5) and metrics to within one flipped prediction in a few hundred.
+        ha = [r for r in a["history"] if r["combination"] == args.combination]
+        hb = [r for r in b["history"] if r["combination"] == args.combination]
+        ok = bool(ha) and len(ha) == len(hb)
+        for ra, rb in zip(ha, hb):
+            ok = ok and ra["epoch"] == rb["epoch"]
+            ok = ok and abs(ra["train_loss"] - rb["train_loss"]) <= 1e-5 * abs(ra["train_loss"])
+            ok = ok and all(abs(ra["val"][k] - rb["val"][k]) <= 0.005 for k in ra["val"])
+        if not ok:
             print(f"FAIL: histories of {args.combination} differ:\n{ha[:2]}\n{hb[:2]}", file=sys.stderr)
             return 1
-        print(f"{args.combination}: {len(ha)} epochs identical")
+        worst = max(abs(ra["train_loss"] - rb["train_loss"]) / abs(ra["train_loss"]) for ra, rb in zip(ha, hb))
+        print(f"{args.combination}: {len(ha)} epochs agree (largest relative loss difference {worst:.1e})")
         return 0
     keys = ["val", "test", "best", "combinations"]
     ha = [(r["epoch"], r["combination"], r["train_loss"], r["val"]) for r in a["history"]]

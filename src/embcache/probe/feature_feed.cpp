@@ -262,30 +262,30 @@ struct FeatureFeed::Impl {
       }
       if (buffered == 0) return;
       at::Tensor ids = at::cat(id_parts);
-      for (std::size_t c = 0; c < columns.size(); ++c) buffer[c] = parts[c].size() == 1 ? parts[c][0] : at::cat(parts[c]);
-      if (shuffle) {
-        const at::Tensor perm = at::randperm(buffered, gen, at::kLong);
-        ids = ids.index_select(0, perm);
-        for (auto& b : buffer) b = b.index_select(0, perm);
+      for (std::size_t c = 0; c < columns.size(); ++c) {
+        buffer[c] = parts[c].size() == 1 ? parts[c][0] : at::cat(parts[c]);
+        parts[c].clear();  // the blocks are in the buffer now: free them before emitting
       }
+      // Batches gather rows of the buffer in a random order; the buffer itself is not permuted.
+      const at::Tensor order = shuffle ? at::randperm(buffered, gen, at::kLong) : at::arange(buffered, at::kLong);
       const bool last = next_block >= blocks.size();
       const std::int64_t emit = last ? buffered : buffered / batch_size * batch_size;
       for (std::int64_t start = 0; start < emit && !stop; start += batch_size) {
-        const std::int64_t len = std::min(batch_size, emit - start);
+        const at::Tensor pick = order.narrow(0, start, std::min(batch_size, emit - start));
         CpuBatch batch;
-        batch.ids = ids.narrow(0, start, len);
+        batch.ids = ids.index_select(0, pick);
         for (std::size_t c = 0; c < columns.size(); ++c) {
-          at::Tensor part = buffer[c].narrow(0, start, len);
-          part = on_cuda() ? part.contiguous() : widen(part, columns[c].level.empty());
-          if (on_cuda()) part = part.pin_memory();
+          at::Tensor part = buffer[c].index_select(0, pick);
+          part = on_cuda() ? part.pin_memory() : widen(part, columns[c].level.empty());
           batch.columns.push_back(part);
         }
         if (!queue->push(std::move(batch))) return;
       }
       if (last) return;
-      // Keep the remainder (fewer than one batch) for the next fill; clone so the big buffer is freed.
-      buffer_ids = ids.narrow(0, emit, buffered - emit).clone();
-      for (auto& b : buffer) b = b.narrow(0, emit, buffered - emit).clone();
+      // Keep the rows not emitted (fewer than one batch) for the next fill; the rest is freed.
+      const at::Tensor rest = order.narrow(0, emit, buffered - emit);
+      buffer_ids = ids.index_select(0, rest);
+      for (auto& b : buffer) b = b.index_select(0, rest);
     }
   }
 

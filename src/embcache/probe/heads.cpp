@@ -89,24 +89,32 @@ class SourceWriter {
       d += channels(i);
     }
     body(c_.levels.size() == 1 ? "z = x0" : "z = torch.cat([" + cat + "], 1)");
-    body("h = z.unsqueeze(0).expand(self.w0.size(0), -1, -1)");
+    // The first layer of every member reads the same z: one GEMM against all members' weights
+    // ([B, D] x [D, G*out]) instead of G small ones. Later layers are per member (bmm).
     std::int64_t in = d;
     std::size_t layer = 0;
-    if (c_.type == HeadType::kMlp) {
-      for (; layer < c_.hidden.size(); ++layer) {
-        const std::string l = std::to_string(layer);
-        param("w" + l, {c_.hidden[layer], in}, in);
-        param("b" + l, {c_.hidden[layer]}, in);
-        body("h = torch.relu(torch.baddbmm(self.b" + l + ".unsqueeze(1), h, self.w" + l + ".transpose(1, 2)))");
+    const std::size_t layers = c_.type == HeadType::kMlp ? c_.hidden.size() + 1 : 1;
+    for (; layer < layers; ++layer) {
+      const std::string l = std::to_string(layer);
+      const bool last = layer + 1 == layers;
+      const std::int64_t out = last ? c_.outputs : c_.hidden[layer];
+      param("w" + l, {out, in}, in);
+      param("b" + l, {out}, in);
+      if (layer == 0) {
+        body("g = self.w0.size(0)");
+        body("h = torch.linear(z, self.w0.reshape(-1, " + std::to_string(in) + "), self.b0.reshape(-1))");
+        body("h = h.reshape(h.size(0), g, " + std::to_string(out) + ").transpose(0, 1)");
+      } else {
+        body("h = torch.baddbmm(self.b" + l + ".unsqueeze(1), h, self.w" + l + ".transpose(1, 2))");
+      }
+      if (!last) {
+        body("h = torch.relu(h)");
         body("if len(drop) > 0:");
         body("    h = h * drop[" + l + "]");
-        in = c_.hidden[layer];
       }
+      in = out;
     }
-    const std::string l = std::to_string(layer);
-    param("w" + l, {c_.outputs, in}, in);
-    param("b" + l, {c_.outputs}, in);
-    body("return torch.baddbmm(self.b" + l + ".unsqueeze(1), h, self.w" + l + ".transpose(1, 2))");
+    body("return h");
   }
 
   void upsample_to_mask(const std::string& v) {

@@ -321,8 +321,9 @@ ProbeResult train_probe(const ProbeOptions& options) {
   } else {
     tier = FeedTier::kStream;
   }
-  // Stream: half the host budget is the shuffle buffer; the rest covers queued batches and reads.
-  const std::int64_t buffer_bytes = host_budget / 2;
+  // Stream: a third of the host budget is the shuffle buffer; while it refills, the blocks read
+  // and the buffer briefly coexist, and the rest covers queued batches.
+  const std::int64_t buffer_bytes = host_budget / 3;
   if (tier == FeedTier::kStream) {
     const std::int64_t batch_bytes = row_bytes * options.batch_size * 8;
     if (batch_bytes > host_budget) {
@@ -382,6 +383,7 @@ ProbeResult train_probe(const ProbeOptions& options) {
   nlohmann::json history = nlohmann::json::array();
   std::int64_t step = 0, epochs_run = 0;
   double train_seconds = 0;
+  const double wait_before_training = train_feed->stats().wait_seconds;  // the stats pass waits too
   std::int64_t samples_trained = 0;
   for (std::int64_t epoch = 1; epoch <= options.epochs; ++epoch) {
     const auto t_epoch = Clock::now();
@@ -530,7 +532,7 @@ ProbeResult train_probe(const ProbeOptions& options) {
     total.rows_used += s.rows_used;
   }
   nlohmann::json data_json = total.to_json(tier);
-  data_json["wait_fraction"] = train_seconds > 0 ? train_feed->stats().wait_seconds / train_seconds : 0.0;
+  data_json["wait_fraction"] = train_seconds > 0 ? (train_feed->stats().wait_seconds - wait_before_training) / train_seconds : 0.0;
   data_json["host_memory_budget"] = host_budget;
   if (device.is_cuda()) data_json["gpu_memory_budget"] = gpu_budget;
   data_json["bytes_needed_resident"] = needed;

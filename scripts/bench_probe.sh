@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# Probe-training benchmark (issue 3). A synthetic float16 cache of 20k crops (level 0: 96x6x6,
+# level 1: 1280x3x3, ~600 MB) and the real CLI for every tier; samples/s are per training epoch
+# (metrics.json timing.samples_per_second). Prints each figure and the ratio to its target:
+#   host tier       >= 1.5 x the simplest in-memory approach (yardstick, same process kind)
+#   grid of 12      <= 2.0 x the time of 1 linear head
+#   stream tier     >= 0.5 x host tier, peak RSS <= budget + 0.5 GB with the cache 4x the budget
+#   cached          >= 20 x the same training with the encoder in the loop
+# GPU tier: only when CUDA is available.
+# Usage: scripts/bench_probe.sh [WORK_DIR]   (default: a temporary directory)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scripts/setup.sh >/dev/null
+BUILD=${BUILD_DIR:-build}
+WORK=${1:-$(mktemp -d /tmp/embcache-bench-probe-XXXXXX)}
+mkdir -p "$WORK"
+PY=/usr/bin/python3
+E=$BUILD/apps/embcache/embcache
+B=$BUILD/bench/bench_probe
+CACHE=$WORK/synthetic.h5
+EPOCHS=${EPOCHS:-3}
+
+[[ -f $CACHE ]] || "$B" make-cache "$CACHE" 20000 >/dev/null
+CACHE_BYTES=$(stat -c %s "$CACHE")
+BUDGET=$((CACHE_BYTES / 4))
+# The encoder the cache stands for: a small CNN from 3x96x96 images to the same two levels.
+$PY tests/python/fixtures.py encoders "$WORK/enc" >/dev/null
+
+probe() {  # probe NAME [train-probe options...]: prints samples/s; metrics in $WORK/NAME
+  local name=$1
+  shift
+  "$E" train-probe --cache "$CACHE" --out "$WORK/$name" --task classification --epochs "$EPOCHS" --quiet "$@" >/dev/null
+  $PY -c 'import json,sys; print(round(json.load(open(sys.argv[1]))["timing"]["samples_per_second"]))' "$WORK/$name/metrics.json"
+}
+field() { $PY -c 'import json,sys; j=json.load(open(sys.argv[1]))
+for k in sys.argv[2].split("."): j=j[k]
+print(j)' "$WORK/$1/metrics.json" "$2"; }
+ratio() { $PY -c 'import sys; print(f"{float(sys.argv[1])/float(sys.argv[2]):.2f}")' "$1" "$2"; }
+
+echo "cache: $CACHE ($((CACHE_BYTES / 1000000)) MB, 20000 crops, float16); $EPOCHS epochs per run; $(nproc) cores"
+echo
+echo "== 1. host tier vs the simplest in-memory approach (one linear head, level 1: 1280x3x3) =="
+host=$(probe host-linear --levels 1 --tier host)
+yard=$("$B" yardstick "$CACHE" 1 "$EPOCHS" | $PY -c 'import json,sys; v=json.load(sys.stdin)["samples_per_second"]; print(round(sum(v)/len(v)))')
+echo "host tier:  $host samples/s   yardstick: $yard samples/s   ratio $(ratio "$host" "$yard") (target >= 1.5)"
+
+echo
+echo "== 2. twelve linear heads in one pass vs one (6 learning rates x 2 weight decays) =="
+GRID=(--lr 1e-4,3e-4,1e-3,3e-3,1e-2,3e-2 --weight-decay 0,1e-4)
+for level in 0 1; do
+  for tier in host stream; do
+    probe g1-$level-$tier --levels $level --tier $tier --host-memory-budget "$BUDGET" >/dev/null
+    probe g12-$level-$tier --levels $level --tier $tier --host-memory-budget "$BUDGET" "${GRID[@]}" >/dev/null
+    one=$(field g1-$level-$tier timing.train_seconds)
+    twelve=$(field g12-$level-$tier timing.train_seconds)
+    echo "level $level, $tier tier: 1 head $(printf %.3f "$one")s, 12 heads $(printf %.3f "$twelve")s," \
+         "grid12/grid1 $(ratio "$twelve" "$one") (target <= 2.0)"
+  done
+done
+
+echo
+echo "== 3. stream tier (budget = cache / 4 = $((BUDGET / 1000000)) MB) vs host tier =="
+stream_vs_host() {  # stream_vs_host NAME [head options...]
+  local name=$1
+  shift
+  local h s rss
+  h=$(probe host-$name --levels 1 --tier host "$@")
+  s=$(probe stream-$name --levels 1 --tier stream --host-memory-budget "$BUDGET" "$@")
+  rss=$(field stream-$name data.peak_rss_bytes)
+  echo "$name: host $h samples/s, stream $s samples/s, stream/host $(ratio "$s" "$h") (target >= 0.5);" \
+       "stream peak RSS $((rss / 1000000)) MB (limit: budget + 500 MB = $(((BUDGET + 500000000) / 1000000)) MB);" \
+       "trainer waited $(field stream-$name data.wait_fraction | cut -c1-5) of the time"
+}
+stream_vs_host conv-head --head conv --hidden 64 --conv-blocks 1
+stream_vs_host linear-head --head linear
+
+echo
+echo "== 4. cached vs encoder in the loop (linear head on level 1, batches of 256 images 3x96x96) =="
+loop=$("$B" encoder-loop "$WORK/enc/bench_probe.pt" 10 | $PY -c 'import json,sys; print(json.load(sys.stdin)["samples_per_second"])')
+echo "cached (host tier): $host samples/s   encoder in the loop: $loop samples/s   ratio $(ratio "$host" "$loop") (target >= 20)"
+
+echo
+echo "== 5. GPU tier =="
+if $PY -c 'import sys; sys.exit(0)' && "$E" train-probe --help >/dev/null && [[ -e /dev/nvidia0 ]]; then
+  g=$(probe gpu-linear --levels 1 --device cuda --tier gpu)
+  gh=$(probe gpu-host-linear --levels 1 --device cuda --tier host)
+  echo "GPU tier: $g samples/s   host tier feeding the GPU: $gh samples/s"
+else
+  echo "no CUDA device here: skipped"
+fi
+echo
+echo "outputs in $WORK"
