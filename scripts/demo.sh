@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, makes a demo dataset (Fashion-MNIST from Debian) and encoder,
-# runs precompute twice (the second run finds everything cached), inspects the cache and reads
-# it back with h5py.
+# runs precompute twice (the second run finds everything cached), inspects the cache, reads it
+# back with h5py and trains a grid of linear probes on it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -44,4 +44,19 @@ with h5py.File(sys.argv[1], "r") as f:
           f"{(pred == labels[test]).mean():.3f} (10 classes, random-weight encoder)")
 PY
 echo
-echo "demo outputs are in $OUT/ (cache.h5, summary.json)"
+echo "== train-probe: 2 levels x 3 learning rates x 2 weight decays of linear heads, one pass per epoch =="
+$EMBCACHE train-probe --cache "$OUT/cache.h5" --out "$OUT/probe" --task classification --head linear \
+  --levels 0,1 --lr 1e-3,1e-2,3e-2 --weight-decay 0,0.05 --epochs 30 --bootstrap 200 --quiet
+/usr/bin/python3 - "$OUT/probe/metrics.json" <<'PY'
+import json, sys
+m = json.load(open(sys.argv[1]))
+print(f"{'combination':<36} {'best epoch':>10} {'val acc':>8} {'test acc':>8}")
+for c in sorted(m["combinations"], key=lambda c: -c["val"]["accuracy"]):
+    print(f"{c['combination']:<36} {c['best_epoch']:>10} {c['val']['accuracy']:>8.3f} {c['test']['accuracy']:>8.3f}")
+t, ci = m["test"], m["test_ci95"]
+print(f"best: {m['best']['combination']}: test accuracy {t['accuracy']:.3f} "
+      f"(95% CI {ci['accuracy'][0]:.3f}-{ci['accuracy'][1]:.3f}), macro-F1 {t['macro_f1']:.3f}, "
+      f"top-5 {t['top5_accuracy']:.3f}; {m['timing']['samples_per_second']:.0f} samples/s ({m['data']['tier']} tier)")
+PY
+echo
+echo "demo outputs are in $OUT/ (cache.h5, summary.json, probe/metrics.json, probe/history.csv, probe/head.pt)"
