@@ -86,6 +86,48 @@ probe head seg_cache.h5 seg-fpn
 "$EMBCACHE" train-probe --cache seg_cache.h5 --out pixreg --task pixel-regression --head linear --levels 0 \
   --epochs 2 --quiet
 
+# Multilabel and regression on labels the features can explain.
+for kind in multilabel regression; do
+  probe labeldata $kind.h5 $kind
+  "$EMBCACHE" precompute --encoder demo_encoder.pt --dataset $kind.h5 --out $kind-cache.h5 --quiet --no-fsync \
+    --scale 0.00392157 --mean 0.5 --std 0.25
+  "$EMBCACHE" train-probe --cache $kind-cache.h5 --out $kind --task $kind --head linear,mlp --levels 1 \
+    --lr 1e-2 --epochs 30 --batch-size 64 --quiet
+done
+"$PYTHON" - <<'PY' || fail "multilabel/regression probes"
+import json
+m = json.load(open("multilabel/metrics.json"))["test"]
+r = json.load(open("regression/metrics.json"))["test"]
+print(f"multilabel: mAP {m['map']:.3f}, micro-F1 {m['micro_f1']:.3f}; regression: R2 {r['r2']:.3f}, RMSE {r['rmse']:.3f}")
+assert m["map"] > 0.9 and m["micro_f1"] > 0.8, m
+assert r["r2"] > 0.8 and r["rmse"] < 0.5, r
+PY
+
+# No val split: --val-fraction carves one from train, by window, the same way every time.
+expect_error 3 "no rows in split 'carved'" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split carved
+for i in 1 2; do
+  "$EMBCACHE" train-probe --cache fm.h5 --out carve$i --task classification --levels 1 --val-split carved \
+    --val-fraction 0.2 --epochs 2 --quiet
+done
+probe same carve1 carve2
+"$PYTHON" - <<'PY' || fail "--val-fraction"
+import json
+s = json.load(open("carve1/metrics.json"))["splits"]
+assert s["train"]["rows"] + s["val"]["rows"] == 3000 and 450 <= s["val"]["rows"] <= 750, s
+print(f"--val-fraction 0.2: {s['val']['rows']} of 3000 train rows carved into val")
+PY
+
+# Ctrl-C: exit 130, nothing written.
+"$EMBCACHE" train-probe --cache fm.h5 --out interrupted --task classification --head conv --levels 0 --epochs 50 --quiet &
+pid=$!
+sleep 2
+kill -INT $pid
+rc=0
+wait $pid || rc=$?
+[[ $rc -eq 130 ]] || fail "Ctrl-C: expected exit 130, got $rc"
+[[ ! -e interrupted ]] || fail "an interrupted run left a run directory"
+echo "ok: Ctrl-C stops training with exit 130 and writes nothing"
+
 # Bad input: one line each, non-zero exit, nothing written.
 expect_error 3 "no masks" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task segmentation --levels 0
 expect_error 3 "no class labels" "$EMBCACHE" train-probe --cache seg_cache.h5 --out bad --task classification --levels 0

@@ -6,6 +6,7 @@
   probe_checks.py head CACHE RUN_DIR           head.pt run on the test split reproduces the test
                                                metric in RUN_DIR/metrics.json
   probe_checks.py segdata OUT.h5 [--n N]       synthetic segmentation dataset (1x28x28, 3 classes)
+  probe_checks.py labeldata OUT.h5 KIND        images with multilabel (0/1 x4) or regression labels
   probe_checks.py same RUN_A RUN_B [COMBO]     two runs report identical metrics (optionally the
                                                histories of one combination only)
 """
@@ -126,6 +127,27 @@ def segdata(args) -> int:
     return 0
 
 
+def labeldata(args) -> int:
+    """Images whose quadrant brightness gives 0/1 labels (multilabel) or a number (regression)."""
+    rng = np.random.default_rng(1)
+    n = args.n
+    images = rng.integers(0, 256, (n, 1, 28, 28)).astype(np.uint8)
+    bright = rng.random((n, 4)) < 0.5
+    for q in range(4):
+        y0, x0 = (q // 2) * 14, (q % 2) * 14
+        images[:, 0, y0:y0 + 14, x0:x0 + 14] = np.where(bright[:, q, None, None], 200, 40) + rng.integers(0, 30, (n, 14, 14))
+    splits = ["train"] * (n * 7 // 10) + ["val"] * (n * 15 // 100)
+    splits += ["test"] * (n - len(splits))
+    with h5py.File(args.out, "w") as f:
+        f.create_dataset("images", data=images)
+        if args.kind == "multilabel":
+            f.create_dataset("labels", data=bright.astype(np.float32))
+        else:
+            f.create_dataset("labels", data=bright.sum(1).astype(np.float32) + 0.1 * rng.standard_normal(n).astype(np.float32))
+        f.create_dataset("splits", data=splits, dtype=h5py.string_dtype("utf-8"))
+    return 0
+
+
 def same(args) -> int:
     with open(f"{args.a}/metrics.json") as fa, open(f"{args.b}/metrics.json") as fb:
         a, b = json.load(fa), json.load(fb)
@@ -172,6 +194,11 @@ def main() -> int:
     q.add_argument("out")
     q.add_argument("--n", type=int, default=600)
     q.set_defaults(fn=segdata)
+    q = sub.add_parser("labeldata")
+    q.add_argument("out")
+    q.add_argument("kind", choices=["multilabel", "regression"])
+    q.add_argument("--n", type=int, default=600)
+    q.set_defaults(fn=labeldata)
     q = sub.add_parser("same")
     q.add_argument("a")
     q.add_argument("b")
