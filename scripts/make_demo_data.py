@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Demo inputs for embcache: a slice of Fashion-MNIST (Debian's dataset-fashion-mnist) as an
-array dataset, and a small CNN encoder exported with torch.jit.script.
+array dataset (class labels) and as a segmentation dataset (masks), and a small CNN encoder
+exported with torch.jit.script.
 
 Usage: make_demo_data.py OUT_DIR [--train N] [--val N] [--test N]
 """
@@ -65,10 +66,23 @@ def main() -> None:
         f.create_dataset("names", data=names, dtype=text)
         f.create_dataset("splits", data=splits, dtype=text)
         f.attrs["classes"] = ",".join(CLASSES)
+    # The same images as a segmentation dataset: each pixel of the garment (value > 40) is labelled
+    # with its class + 1, the background 0, and a thin band at the garment's edge is ignored (255),
+    # where the threshold is least certain.
+    fg = images[:, 0] > 40
+    edge = (images[:, 0] > 20) & ~fg
+    masks = np.where(fg, labels[:, None, None] + 1, 0).astype(np.int32)
+    masks[edge] = 255
+    with h5py.File(os.path.join(args.out_dir, "fashion_mnist_seg.h5"), "w") as f:
+        f.create_dataset("images", data=images, chunks=(256, 1, 28, 28))
+        d = f.create_dataset("masks", data=masks, chunks=(256, 28, 28))
+        d.attrs["ignore_index"] = 255
+        f.create_dataset("names", data=names, dtype=text)
+        f.create_dataset("splits", data=splits, dtype=text)
     torch.manual_seed(0)
     torch.jit.save(torch.jit.script(DemoEncoder().eval()), os.path.join(args.out_dir, "demo_encoder.pt"))
     print(f"wrote {args.out_dir}/fashion_mnist.h5 ({len(names)} windows: {n_tr} train, {n_va} val, "
-          f"{n_te} test) and {args.out_dir}/demo_encoder.pt")
+          f"{n_te} test), fashion_mnist_seg.h5 (the same with masks) and {args.out_dir}/demo_encoder.pt")
 
 
 if __name__ == "__main__":

@@ -6,6 +6,7 @@
 
 #include "embcache/cli/inspect_command.hpp"
 #include "embcache/cli/precompute_command.hpp"
+#include "embcache/cli/run_command.hpp"
 #include "embcache/cli/train_probe_command.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/pipeline/cancellation.hpp"
@@ -19,6 +20,8 @@ int main(int argc, char** argv) {
   embcache::setup_precompute(app);
   embcache::setup_train_probe(app);
   embcache::setup_inspect(app);
+  embcache::setup_run(app);
+  embcache::setup_report(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/option_field.hpp"
+
 namespace embcache {
 
 struct PrecomputeOptions {
@@ -35,5 +37,8 @@ struct PrecomputeOptions {
   bool fsync = true;
   std::string stage_priority = "idle";  // idle | normal: scheduling of the non-encoder stages
 };
+
+// Every option of `embcache precompute`, in --help order.
+const std::vector<OptionField<PrecomputeOptions>>& precompute_fields();
 
 }  // namespace embcache

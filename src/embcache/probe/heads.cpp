@@ -269,15 +269,16 @@ std::string HeadConfig::levels_text() const {
   return s;
 }
 
-void HeadConfig::validate() const {
+void check_head_levels(HeadType type, ProbeTask task, std::size_t level_count, const std::string& levels_text) {
   const std::string head = std::string("--head ") + head_name(type);
   const bool multi = type == HeadType::kFpn || type == HeadType::kUnet;
-  if (multi && levels.size() < 2) {
+  const bool pooled = !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp);
+  if (multi && level_count < 2) {
     throw UsageError(head + " combines several levels; give at least two joined with '+' (e.g. --levels 1+2+3), got " +
-                     levels_text());
+                     levels_text);
   }
-  if (!multi && levels.size() > 1 && !pooled_input()) {
-    throw UsageError(head + " on --task " + task_name(task) + " reads one level; got " + levels_text() +
+  if (!multi && level_count > 1 && !pooled) {
+    throw UsageError(head + " on --task " + task_name(task) + " reads one level; got " + levels_text +
                      " (use fpn or unet to combine levels)");
   }
   if (type == HeadType::kMlp && is_dense(task)) {
@@ -287,6 +288,11 @@ void HeadConfig::validate() const {
   if (type == HeadType::kPixelShuffle && !is_dense(task)) {
     throw UsageError("--head pixel-shuffle predicts per pixel; use it with --task segmentation or pixel-regression");
   }
+}
+
+void HeadConfig::validate() const {
+  const std::string head = std::string("--head ") + head_name(type);
+  check_head_levels(type, task, levels.size(), levels_text());
   if (!pooled_input()) {
     for (std::size_t i = 0; i < levels.size(); ++i) {
       if (level_shapes[i].size() != 3) {

@@ -18,6 +18,9 @@ enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle };
 HeadType parse_head(const std::string& text);
 const char* head_name(HeadType type);
 
+// The checks that need no cache: level count and task. UsageError naming the problem.
+void check_head_levels(HeadType type, ProbeTask task, std::size_t level_count, const std::string& levels_text);
+
 struct HeadConfig {
   HeadType type = HeadType::kLinear;
   ProbeTask task = ProbeTask::kClassification;

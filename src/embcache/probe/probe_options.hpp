@@ -5,6 +5,10 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
+#include "embcache/core/option_field.hpp"
+
 namespace embcache {
 
 struct ProbeOptions {
@@ -41,5 +45,10 @@ struct ProbeOptions {
   std::int64_t bootstrap = 0;
   bool quiet = false;
 };
+
+// Every option of `embcache train-probe`, in --help order.
+const std::vector<OptionField<ProbeOptions>>& probe_fields();
+// The options as a JSON object keyed like configs (metrics.json "options", run ids).
+nlohmann::json probe_options_to_json(const ProbeOptions& options);
 
 }  // namespace embcache

@@ -35,6 +35,7 @@ double seconds_since(Clock::time_point t) { return std::chrono::duration<double>
 struct Combination {
   std::string id;
   HeadConfig head;
+  std::string levels_requested;
   double lr = 0, weight_decay = 0;
   std::size_t bank = 0;
   std::int64_t member = 0;
@@ -179,48 +180,77 @@ std::string csv_escape(const std::string& s) {
   return out + "\"";
 }
 
-nlohmann::json options_json(const ProbeOptions& o) {
-  return {{"caches", o.caches}, {"out", o.out}, {"task", o.task}, {"head", o.head}, {"levels", o.levels},
-          {"num_classes", o.num_classes}, {"hidden", o.hidden}, {"dropout", o.dropout},
-          {"conv_blocks", o.conv_blocks}, {"optimizer", o.optimizer}, {"lr", o.lr},
-          {"weight_decay", o.weight_decay}, {"epochs", o.epochs}, {"batch_size", o.batch_size},
-          {"schedule", o.schedule}, {"warmup_epochs", o.warmup_epochs}, {"seed", o.seed},
-          {"patience", o.patience}, {"label_smoothing", o.label_smoothing}, {"standardize", o.standardize},
-          {"train_split", o.train_split}, {"val_split", o.val_split}, {"test_split", o.test_split},
-          {"val_fraction", o.val_fraction}, {"device", o.device}, {"threads", o.threads}, {"tier", o.tier},
-          {"gpu_memory_budget", o.gpu_memory_budget}, {"host_memory_budget", o.host_memory_budget},
-          {"bootstrap", o.bootstrap}};
-}
-
 }  // namespace
 
-ProbeResult train_probe(const ProbeOptions& options) {
-  const auto t_start = Clock::now();
-  // The plain interpreter: same numbers on every call (no profiling-driven re-optimisation).
-  torch::jit::setGraphExecutorOptimize(false);
-  if (options.out.empty()) throw UsageError("--out: required (the run directory to write)");
+std::string history_csv(const nlohmann::json& metrics) {
+  const std::string primary = metrics.value("primary_metric", std::string());
+  std::ostringstream csv;
+  csv << "epoch,combination,head,levels,lr,weight_decay,train_loss,val_" << primary << ",seconds\n";
+  for (const auto& row : metrics["history"]) {
+    const auto& v = row["val"].value(primary, nlohmann::json(nullptr));
+    csv << row["epoch"].get<std::int64_t>() << "," << csv_escape(row["combination"].get<std::string>()) << ","
+        << row["head"].get<std::string>() << "," << row["levels"].get<std::string>() << ","
+        << format_number(row["lr_base"].get<double>()) << "," << format_number(row["weight_decay"].get<double>()) << ","
+        << format_number(row["train_loss"].get<double>()) << "," << (v.is_number() ? format_number(v.get<double>()) : "")
+        << "," << format_number(row["seconds"].get<double>()) << "\n";
+  }
+  return csv.str();
+}
+
+void check_probe_options(const ProbeOptions& options) {
   const ProbeTask task = parse_task(options.task);
-  const OptimizerKind optimizer = parse_optimizer(options.optimizer);
-  const Schedule schedule = parse_schedule(options.schedule);
+  parse_optimizer(options.optimizer);
+  parse_schedule(options.schedule);
   if (options.epochs < 1) throw UsageError("--epochs: expected at least 1");
   if (options.batch_size < 1) throw UsageError("--batch-size: expected at least 1");
   if (options.patience < 0) throw UsageError("--patience: expected 0 (off) or more epochs");
   if (options.label_smoothing < 0 || options.label_smoothing >= 1) throw UsageError("--label-smoothing: expected [0, 1)");
+  if (options.dropout < 0 || options.dropout >= 1) throw UsageError("--dropout: expected a probability in [0, 1)");
+  if (options.warmup_epochs < 0) throw UsageError("--warmup-epochs: expected 0 or more");
+  if (options.bootstrap < 0) throw UsageError("--bootstrap: expected 0 (off) or a number of resamples");
+  for (double lr : parse_double_list(options.lr, "--lr")) {
+    if (lr <= 0) throw UsageError("--lr: learning rates must be positive");
+  }
+  for (double wd : parse_double_list(options.weight_decay, "--weight-decay")) {
+    if (wd < 0) throw UsageError("--weight-decay: must be 0 or more");
+  }
+  if (!options.hidden.empty()) parse_int_list(options.hidden, "--hidden");
+  if (options.tier != "auto" && options.tier != "gpu" && options.tier != "host" && options.tier != "stream") {
+    throw UsageError("--tier: expected auto, gpu, host or stream, got \"" + options.tier + "\"");
+  }
+  for (const auto* budget : {&options.gpu_memory_budget, &options.host_memory_budget}) {
+    if (*budget != "auto") parse_bytes(*budget, budget == &options.gpu_memory_budget ? "--gpu-memory-budget" : "--host-memory-budget");
+  }
+  decide_standardize(options.standardize, HeadType::kLinear);
+  const auto level_sets = parse_level_sets(options.levels);
+  for (const auto& h : split_list(options.head, "--head")) {
+    const HeadType type = parse_head(h);
+    for (const auto& set : level_sets) {
+      std::string text;
+      for (const auto& l : set) text += (text.empty() ? "" : "+") + l;
+      check_head_levels(type, task, set.size(), text);
+    }
+  }
+}
+
+ProbeResult train_probe(const ProbeOptions& options, const ProbeHooks& hooks) {
+  const auto t_start = Clock::now();
+  // The plain interpreter: same numbers on every call (no profiling-driven re-optimisation).
+  torch::jit::setGraphExecutorOptimize(false);
+  if (options.out.empty()) throw UsageError("--out: required (the run directory to write)");
+  check_probe_options(options);
+  const ProbeTask task = parse_task(options.task);
+  const OptimizerKind optimizer = parse_optimizer(options.optimizer);
+  const Schedule schedule = parse_schedule(options.schedule);
   std::vector<HeadType> head_types;
   for (const auto& h : split_list(options.head, "--head")) head_types.push_back(parse_head(h));
   const auto level_sets = parse_level_sets(options.levels);
   const auto lrs = parse_double_list(options.lr, "--lr");
   const auto decays = parse_double_list(options.weight_decay, "--weight-decay");
-  for (double lr : lrs) {
-    if (lr <= 0) throw UsageError("--lr: learning rates must be positive");
-  }
   std::vector<std::int64_t> hidden;
   if (!options.hidden.empty()) hidden = parse_int_list(options.hidden, "--hidden");
   const c10::Device device = resolve_device(options.device);
   if (options.threads > 0) at::set_num_threads(options.threads);
-  if (options.tier != "auto" && options.tier != "gpu" && options.tier != "host" && options.tier != "stream") {
-    throw UsageError("--tier: expected auto, gpu, host or stream, got \"" + options.tier + "\"");
-  }
   if (options.tier == "gpu" && !device.is_cuda()) throw UsageError("--tier gpu needs a CUDA --device");
 
   ProbeData data(options, task);
@@ -232,8 +262,12 @@ ProbeResult train_probe(const ProbeOptions& options) {
   std::map<std::string, std::size_t> column_of;
   std::map<std::string, bool> level_pooled;  // pooled only while every head reading it pools
   std::vector<HeadConfig> configs;
+  std::vector<std::string> configs_requested;  // each config's level set as written
   for (HeadType type : head_types) {
     for (const auto& set : level_sets) {
+      std::string requested;
+      for (const auto& l : set) requested += (requested.empty() ? "" : "+") + l;
+      configs_requested.push_back(requested);
       HeadConfig config;
       config.type = type;
       config.task = task;
@@ -263,7 +297,8 @@ ProbeResult train_probe(const ProbeOptions& options) {
   }
   if (is_dense(task)) columns.push_back(mask_column(data));
 
-  for (const auto& config : configs) {
+  for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+    const HeadConfig& config = configs[ci];
     auto add_bank = [&](std::int64_t members) {
       Bank bank{HeadBank(config, members, options.seed, device), {}, {}, nullptr};
       for (const auto& name : config.levels) bank.inputs.push_back(column_of.at(name));
@@ -275,6 +310,7 @@ ProbeResult train_probe(const ProbeOptions& options) {
         if (!config.bankable()) add_bank(1);
         Combination c;
         c.head = config;
+        c.levels_requested = configs_requested[ci];
         c.lr = lr;
         c.weight_decay = wd;
         c.bank = banks.size() - 1;
@@ -450,7 +486,9 @@ ProbeResult train_probe(const ProbeOptions& options) {
           if (options.patience > 0 && c.epochs_since_best >= options.patience) c.active = false;
         }
         any_active = any_active || c.active;
-        nlohmann::json row = {{"epoch", epoch}, {"combination", c.id}, {"train_loss", loss},
+        nlohmann::json row = {{"epoch", epoch}, {"combination", c.id}, {"head", head_name(c.head.type)},
+                              {"levels", c.head.levels_text()}, {"lr_base", c.lr}, {"weight_decay", c.weight_decay},
+                              {"train_loss", loss},
                               {"lr", c.lr * schedule_factor(schedule, std::max<std::int64_t>(0, step - 1), total_steps, warmup_steps)},
                               {"seconds", epoch_seconds}};
         nlohmann::json scalars = nlohmann::json::object();
@@ -479,9 +517,11 @@ ProbeResult train_probe(const ProbeOptions& options) {
   }
   if (test_feed) {
     auto test = evaluate(banks, *test_feed, data);
-    for (auto& c : combos) c.test = test[c.bank].result(c.member);
-    Combination& b = combos[best];
-    if (options.bootstrap > 0) b.test_ci = test[b.bank].bootstrap(b.member, options.bootstrap, options.seed);
+    for (auto& c : combos) {
+      c.test = test[c.bank].result(c.member);
+      // Intervals for every combination: resampling reuses the per-image records, so it is cheap.
+      if (options.bootstrap > 0) c.test_ci = test[c.bank].bootstrap(c.member, options.bootstrap, options.seed);
+    }
   }
 
   // Outputs.
@@ -496,7 +536,7 @@ ProbeResult train_probe(const ProbeOptions& options) {
 
   nlohmann::json j;
   j["embcache_version"] = EMBCACHE_VERSION;
-  j["options"] = options_json(options);
+  j["options"] = probe_options_to_json(options);
   j["task"] = task_name(task);
   j["num_outputs"] = data.num_outputs();
   j["primary_metric"] = primary;
@@ -511,9 +551,11 @@ ProbeResult train_probe(const ProbeOptions& options) {
   if (!winner.test_ci.is_null()) j["test_ci95"] = winner.test_ci;
   nlohmann::json grid = nlohmann::json::array();
   for (const auto& c : combos) {
-    grid.push_back({{"combination", c.id}, {"head", head_name(c.head.type)}, {"levels", c.head.levels}, {"lr", c.lr},
-                    {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch}, {"val", c.best_val},
-                    {"test", c.test.is_null() ? nlohmann::json::object() : c.test}});
+    nlohmann::json row = {{"combination", c.id}, {"head", head_name(c.head.type)}, {"levels", c.head.levels},
+                          {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch},
+                          {"val", c.best_val}, {"test", c.test.is_null() ? nlohmann::json::object() : c.test}};
+    if (!c.test_ci.is_null()) row["test_ci95"] = c.test_ci;
+    grid.push_back(row);
   }
   j["combinations"] = grid;
   j["history"] = history;
@@ -539,21 +581,34 @@ ProbeResult train_probe(const ProbeOptions& options) {
   data_json["peak_rss_bytes"] = peak_rss_bytes();
   j["data"] = data_json;
 
-  std::ostringstream csv;
-  csv << "epoch,combination,head,levels,lr,weight_decay,train_loss,val_" << primary << ",seconds\n";
-  for (const auto& row : history) {
-    const Combination* c = nullptr;
-    for (const auto& x : combos) {
-      if (x.id == row["combination"].get<std::string>()) c = &x;
-    }
-    const auto& v = row["val"].value(primary, nlohmann::json(nullptr));
-    csv << row["epoch"].get<std::int64_t>() << "," << csv_escape(c->id) << "," << head_name(c->head.type) << ","
-        << c->head.levels_text() << "," << format_number(c->lr) << "," << format_number(c->weight_decay) << ","
-        << format_number(row["train_loss"].get<double>()) << "," << (v.is_number() ? format_number(v.get<double>()) : "")
-        << "," << format_number(row["seconds"].get<double>()) << "\n";
-  }
-  write_text_atomically(options.out + "/history.csv", csv.str(), "--out");
+  write_text_atomically(options.out + "/history.csv", history_csv(j), "--out");
   write_text_atomically(options.out + "/metrics.json", j.dump(2) + "\n", "--out");
+
+  if (hooks.on_combination) {
+    for (std::size_t i = 0; i < combos.size(); ++i) {
+      const Combination& c = combos[i];
+      CombinationOutcome outcome;
+      outcome.id = c.id;
+      outcome.head = head_name(c.head.type);
+      outcome.levels = c.head.levels;
+      outcome.levels_requested = c.levels_requested;
+      outcome.lr = c.lr;
+      outcome.weight_decay = c.weight_decay;
+      outcome.best_epoch = c.best_epoch;
+      outcome.val = c.best_val;
+      outcome.test = c.test.is_null() ? nlohmann::json::object() : c.test;
+      outcome.test_ci95 = c.test_ci;
+      outcome.best = i == best;
+      outcome.history = nlohmann::json::array();
+      for (const auto& row : history) {
+        if (row["combination"] == c.id) outcome.history.push_back(row);
+      }
+      const HeadBank& bank = banks[c.bank].heads;
+      const std::int64_t member = c.member;
+      outcome.save_head = [&bank, member](const std::string& path) { bank.save_member(member, path); };
+      hooks.on_combination(outcome);
+    }
+  }
 
   std::ostringstream line;
   line << "train-probe: best " << winner.id << " (epoch " << winner.best_epoch << "): val " << primary << " "

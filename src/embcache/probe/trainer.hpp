@@ -2,8 +2,10 @@
 // per epoch, picks the best by validation, evaluates on test and writes RUN_DIR.
 #pragma once
 
+#include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "embcache/probe/probe_options.hpp"
 
@@ -14,8 +16,34 @@ struct ProbeResult {
   std::string summary;     // the one line printed on stdout
 };
 
+// One combination of a finished run, handed to ProbeHooks::on_combination.
+struct CombinationOutcome {
+  std::string id;                   // "linear levels=2 lr=0.001 wd=0"
+  std::string head;
+  std::vector<std::string> levels;  // cache level names
+  std::string levels_requested;     // the level set as written in --levels ("2", "1+2")
+  double lr = 0, weight_decay = 0;
+  std::int64_t best_epoch = 0;
+  nlohmann::json val, test, test_ci95;  // metrics at the best epoch; test_ci95 with --bootstrap
+  nlohmann::json history;               // this combination's rows of metrics.json "history"
+  bool best = false;                    // the combination the run picked
+  std::function<void(const std::string& path)> save_head;  // valid during the callback only
+};
+
+struct ProbeHooks {
+  // Called once per combination after RUN_DIR is written (embcache run gives each its own directory).
+  std::function<void(const CombinationOutcome&)> on_combination;
+};
+
+// Checks what can be checked without opening the caches (names, ranges, head/task/levels
+// combinations); UsageError with one line. train_probe runs it first.
+void check_probe_options(const ProbeOptions& options);
+
+// RUN_DIR/history.csv from a metrics.json object: one row per epoch and combination.
+std::string history_csv(const nlohmann::json& metrics);
+
 // Writes RUN_DIR/metrics.json, history.csv and head.pt. Throws UsageError/InputError/IoError
 // with one line; Interrupted after Ctrl-C (nothing is written then).
-ProbeResult train_probe(const ProbeOptions& options);
+ProbeResult train_probe(const ProbeOptions& options, const ProbeHooks& hooks = {});
 
 }  // namespace embcache

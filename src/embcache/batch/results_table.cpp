@@ -1,0 +1,156 @@
+#include "embcache/batch/results_table.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "embcache/core/files.hpp"
+
+namespace embcache {
+namespace {
+
+const char* kFixed[] = {"name", "id", "group", "cache", "task", "head", "levels", "lr", "weight_decay"};
+
+std::string csv_cell(const nlohmann::json& v) {
+  std::string s;
+  if (v.is_null()) return "";
+  if (v.is_string()) s = v.get<std::string>();
+  else if (v.is_number_float()) {
+    std::ostringstream o;
+    o << std::setprecision(8) << v.get<double>();
+    s = o.str();
+  } else s = v.dump();
+  if (s.find_first_of(",\"\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return out + "\"";
+}
+
+nlohmann::json scalars(const nlohmann::json& metrics) {
+  nlohmann::json out = nlohmann::json::object();
+  if (!metrics.is_object()) return out;
+  for (const auto& [k, v] : metrics.items()) {
+    if (v.is_number() || v.is_null()) out[k] = v;
+  }
+  return out;
+}
+
+std::vector<nlohmann::json> finished_rows(const Study& study, const RunLedger& ledger) {
+  std::vector<nlohmann::json> rows;
+  for (const auto& run : study.runs) {
+    if (ledger.finished(run.id)) rows.push_back(ledger.row(run.id));
+  }
+  return rows;
+}
+
+double primary_value(const nlohmann::json& row, const char* split) {
+  const auto& v = row[split].value(row.value("primary_metric", std::string()), nlohmann::json(nullptr));
+  return v.is_number() ? v.get<double>() : NAN;
+}
+
+}  // namespace
+
+nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& m) {
+  nlohmann::json row;
+  row["name"] = run.name;
+  row["id"] = run.id;
+  row["group"] = run.group;
+  row["cache"] = run.cache_entry.empty() ? run.options.caches.front() : run.cache_entry;
+  row["task"] = run.options.task;
+  row["head"] = run.options.head;
+  row["levels"] = run.options.levels;
+  row["lr"] = m["best"]["lr"];
+  row["weight_decay"] = m["best"]["weight_decay"];
+  row["varying"] = run.varying;
+  row["primary_metric"] = m["primary_metric"];
+  row["higher_is_better"] = m["primary_metric"] != "rmse";
+  row["best_epoch"] = m["best"]["epoch"];
+  row["val"] = scalars(m["val"]);
+  row["test"] = scalars(m["test"]);
+  if (m.contains("test_ci95")) row["test_ci95"] = m["test_ci95"];
+  row["seconds"] = m["timing"]["train_seconds"];
+  row["samples_per_second"] = m["timing"]["samples_per_second"];
+  row["fused_runs"] = m["run"]["fused_runs"];
+  row["run_dir"] = run.options.out;
+  return row;
+}
+
+void write_results(const Study& study, const RunLedger& ledger) {
+  const auto rows = finished_rows(study, ledger);
+  std::string jsonl;
+  for (const auto& row : rows) jsonl += row.dump() + "\n";
+  write_text_atomically(study.output_dir + "/results.jsonl", jsonl, "results");
+
+  // Columns: fixed, then options that vary anywhere, then every metric seen.
+  std::vector<std::string> varying, val_metrics, test_metrics;
+  auto add_unique = [](std::vector<std::string>& v, const std::string& k) {
+    if (std::find(v.begin(), v.end(), k) == v.end()) v.push_back(k);
+  };
+  for (const auto& row : rows) {
+    for (const auto& [k, v] : row["varying"].items()) {
+      if (std::find(std::begin(kFixed), std::end(kFixed), k) == std::end(kFixed)) add_unique(varying, k);
+    }
+    for (const auto& [k, v] : row["val"].items()) add_unique(val_metrics, k);
+    for (const auto& [k, v] : row["test"].items()) add_unique(test_metrics, k);
+  }
+  std::ostringstream csv;
+  for (const char* k : kFixed) csv << k << ",";
+  for (const auto& k : varying) csv << k << ",";
+  csv << "best_epoch,";
+  for (const auto& k : val_metrics) csv << "val_" << k << ",";
+  for (const auto& k : test_metrics) csv << "test_" << k << ",";
+  csv << "seconds,samples_per_second,fused_runs,run_dir\n";
+  for (const auto& row : rows) {
+    for (const char* k : kFixed) csv << csv_cell(row[k]) << ",";
+    for (const auto& k : varying) csv << csv_cell(row["varying"].value(k, nlohmann::json(nullptr))) << ",";
+    csv << csv_cell(row["best_epoch"]) << ",";
+    for (const auto& k : val_metrics) csv << csv_cell(row["val"].value(k, nlohmann::json(nullptr))) << ",";
+    for (const auto& k : test_metrics) csv << csv_cell(row["test"].value(k, nlohmann::json(nullptr))) << ",";
+    csv << csv_cell(row["seconds"]) << "," << csv_cell(row["samples_per_second"]) << "," << csv_cell(row["fused_runs"])
+        << "," << csv_cell(row["run_dir"]) << "\n";
+  }
+  write_text_atomically(study.output_dir + "/results.csv", csv.str(), "results");
+}
+
+std::string results_text(const Study& study, const RunLedger& ledger, const std::set<std::string>& groups) {
+  std::ostringstream out;
+  const auto rows = finished_rows(study, ledger);
+  for (const auto& group : study.groups) {
+    if (!groups.count(group)) continue;
+    std::vector<nlohmann::json> mine;
+    for (const auto& row : rows) {
+      if (row["group"] == group) mine.push_back(row);
+    }
+    if (mine.empty()) continue;
+    const bool higher = mine.front().value("higher_is_better", true);
+    std::stable_sort(mine.begin(), mine.end(), [&](const nlohmann::json& a, const nlohmann::json& b) {
+      const double va = primary_value(a, "val"), vb = primary_value(b, "val");
+      if (std::isnan(vb)) return !std::isnan(va);
+      if (std::isnan(va)) return false;
+      return higher ? va > vb : va < vb;
+    });
+    const std::string metric = mine.front().value("primary_metric", std::string("?"));
+    std::size_t width = 4;
+    for (const auto& row : mine) width = std::max(width, row["name"].get<std::string>().size());
+    out << group << " (best first by val " << metric << ")\n";
+    const int col = int(std::max<std::size_t>(10, metric.size() + 6));
+    out << "  " << std::left << std::setw(int(width)) << "run" << "  " << std::right << std::setw(col) << ("val " + metric)
+        << std::setw(col) << ("test " + metric) << std::setw(7) << "epoch" << "\n";
+    for (const auto& row : mine) {
+      auto cell = [&](const char* split) {
+        const double v = primary_value(row, split);
+        std::ostringstream c;
+        if (std::isnan(v)) c << "-";
+        else c << std::fixed << std::setprecision(4) << v;
+        return c.str();
+      };
+      out << "  " << std::left << std::setw(int(width)) << row["name"].get<std::string>() << "  " << std::right
+          << std::setw(col) << cell("val") << std::setw(col) << cell("test") << std::setw(7) << row["best_epoch"].dump() << "\n";
+    }
+  }
+  return out.str();
+}
+
+}  // namespace embcache

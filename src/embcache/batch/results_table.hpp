@@ -1,0 +1,21 @@
+// The results of a study: one row per run (from the ledger), written as results.jsonl and
+// results.csv, and printed as a table, best first within each probe group.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <string>
+
+#include "embcache/batch/run_ledger.hpp"
+#include "embcache/batch/study_config.hpp"
+
+namespace embcache {
+
+// The ledger/results row of a finished run, from its metrics.json.
+nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& metrics);
+// OUTPUT_DIR/results.jsonl and results.csv for every finished run of the study, in config order.
+void write_results(const Study& study, const RunLedger& ledger);
+// A plain-text table of the finished runs of `groups`, best validation metric first per group.
+std::string results_text(const Study& study, const RunLedger& ledger, const std::set<std::string>& groups);
+
+}  // namespace embcache

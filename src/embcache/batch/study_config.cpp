@@ -1,0 +1,509 @@
+#include "embcache/batch/study_config.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "embcache/core/error.hpp"
+#include "embcache/core/sha256.hpp"
+#include "embcache/probe/trainer.hpp"
+
+namespace embcache {
+namespace {
+
+namespace fs = std::filesystem;
+using Json = nlohmann::ordered_json;
+
+// Collects problems; each is one line naming its place.
+struct Problems {
+  std::string file;
+  std::vector<std::string> lines;
+  void add(const std::string& where, const std::string& what) {
+    lines.push_back(file + ": " + (where.empty() ? "" : where + ": ") + what);
+  }
+};
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> row(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    std::size_t diag = row[0];
+    row[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+std::string unknown_key(const std::string& key, const std::vector<std::string>& known) {
+  std::string best;
+  std::size_t best_d = 3;  // suggest only close names
+  for (const auto& k : known) {
+    const std::size_t d = edit_distance(key, k);
+    if (d < best_d) {
+      best_d = d;
+      best = k;
+    }
+  }
+  return "unknown key \"" + key + "\"" + (best.empty() ? "" : "; did you mean \"" + best + "\"?");
+}
+
+std::string describe(const Json& v) {
+  std::string s = v.dump();
+  return s.size() > 40 ? s.substr(0, 37) + "..." : s;
+}
+
+const char* type_name(const Json& v) {
+  switch (v.type()) {
+    case Json::value_t::string: return "a string";
+    case Json::value_t::boolean: return "a boolean";
+    case Json::value_t::array: return "a list";
+    case Json::value_t::object: return "an object";
+    case Json::value_t::null: return "null";
+    default: return "a number";
+  }
+}
+
+// A JSON scalar as option text: strings as they are, numbers as JSON writes them.
+bool scalar_text(const Json& v, std::string* out) {
+  if (v.is_string()) *out = v.get<std::string>();
+  else if (v.is_number_integer() || v.is_number_unsigned()) *out = v.dump();
+  else if (v.is_number_float()) {
+    std::ostringstream s;
+    s << v.get<double>();
+    *out = s.str();
+  } else return false;
+  return true;
+}
+
+// Assigns one JSON value (already a single run's value, no grid) to a field. Returns false and
+// records the problem when the type is wrong.
+template <class T>
+bool assign(const OptionField<T>& field, const Json& v, T& options, const std::string& where, Problems& problems) {
+  bool ok = true;
+  std::visit(
+      [&](auto member) {
+        auto& target = options.*member;
+        using V = std::decay_t<decltype(target)>;
+        if constexpr (std::is_same_v<V, std::string>) {
+          using S = typename OptionField<T>::Shape;
+          std::string text;
+          if (v.is_array() && field.shape != S::kScalar) {
+            const char* sep = field.shape == S::kLevelSets ? "+" : ",";
+            for (std::size_t i = 0; i < v.size(); ++i) {
+              std::string item;
+              if (!scalar_text(v[i], &item)) {
+                problems.add(where + "[" + std::to_string(i) + "]", std::string("expected a string or a number, got ") + describe(v[i]));
+                ok = false;
+                return;
+              }
+              text += (i ? sep : "") + item;
+            }
+          } else if (!scalar_text(v, &text)) {
+            problems.add(where, std::string("expected a string or a number, got ") + type_name(v) + " " + describe(v));
+            ok = false;
+            return;
+          }
+          target = text;
+        } else if constexpr (std::is_same_v<V, bool>) {
+          if (!v.is_boolean()) {
+            problems.add(where, "expected true or false, got " + describe(v));
+            ok = false;
+            return;
+          }
+          target = field.negated ? !v.get<bool>() : v.get<bool>();
+        } else if constexpr (std::is_same_v<V, double>) {
+          if (!v.is_number()) {
+            problems.add(where, "expected a number, got " + describe(v));
+            ok = false;
+            return;
+          }
+          target = v.get<double>();
+        } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
+          ok = false;  // not settable from JSON (in_json = false)
+        } else {
+          if (!(v.is_number_integer() || v.is_number_unsigned()) || (std::is_unsigned_v<V> && v.is_number_integer() && v.get<std::int64_t>() < 0)) {
+            problems.add(where, "expected a whole number, got " + describe(v));
+            ok = false;
+            return;
+          }
+          target = v.get<V>();
+        }
+      },
+      field.member);
+  return ok;
+}
+
+template <class T>
+const OptionField<T>* find_field(const std::vector<OptionField<T>>& fields, const std::string& key) {
+  for (const auto& f : fields) {
+    if (f.in_json && f.json_key() == key) return &f;
+  }
+  return nullptr;
+}
+
+template <class T>
+std::vector<std::string> json_keys(const std::vector<OptionField<T>>& fields, std::vector<std::string> extra) {
+  for (const auto& f : fields) {
+    if (f.in_json) extra.push_back(f.json_key());
+  }
+  return extra;
+}
+
+std::string absolute(const fs::path& base, const std::string& p) {
+  if (p.empty()) return p;
+  const fs::path path(p);
+  return (path.is_absolute() ? path : base / path).lexically_normal().string();
+}
+
+// Does a value of this field form a grid (several runs) rather than one value?
+template <class T>
+bool is_grid_value(const OptionField<T>& field, const Json& v) {
+  if (!v.is_array()) return false;
+  using S = typename OptionField<T>::Shape;
+  if (field.shape == S::kScalar) return true;
+  if (field.shape == S::kList && field.grid) return true;  // lr, weight decay, head: one run per value
+  return std::any_of(v.begin(), v.end(), [](const Json& x) { return x.is_array(); });
+}
+
+std::string value_label(const Json& v) {
+  if (v.is_array()) {
+    std::string s;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      std::string item;
+      scalar_text(v[i], &item);
+      s += (i ? "+" : "") + item;
+    }
+    return s;
+  }
+  std::string s;
+  if (!scalar_text(v, &s)) s = v.dump();
+  return s;
+}
+
+std::string slug(const std::string& text) {
+  std::string s;
+  for (char c : text) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  return s;
+}
+
+Json merged(const Json& defaults, const Json& entry) {
+  Json out = defaults.is_object() ? defaults : Json::object();
+  for (const auto& [k, v] : entry.items()) out[k] = v;
+  return out;
+}
+
+}  // namespace
+
+Study load_study(const std::string& path) {
+  Problems problems{path, {}};
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw InputError(path + ": cannot read the study config (missing or not readable)");
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  Json root;
+  try {
+    root = Json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    std::size_t line = 1, column = 1;
+    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+      if (text[i] == '\n') {
+        ++line;
+        column = 1;
+      } else {
+        ++column;
+      }
+    }
+    std::string reason = e.what();
+    const auto colon = reason.rfind(": ");
+    if (colon != std::string::npos) reason = reason.substr(colon + 2);
+    throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + reason);
+  }
+  if (!root.is_object()) throw InputError(path + ": expected a JSON object at the top level");
+
+  Study study;
+  study.path = fs::absolute(path).lexically_normal().string();
+  const fs::path base = fs::path(study.path).parent_path();
+  for (const auto& [key, value] : root.items()) {
+    if (key != "version" && key != "output_dir" && key != "defaults" && key != "precompute" && key != "probes") {
+      problems.add("", unknown_key(key, {"version", "output_dir", "defaults", "precompute", "probes"}));
+    }
+  }
+  if (!root.contains("version")) {
+    problems.add("version", "missing; write \"version\": 1");
+  } else if (!root["version"].is_number_integer() || root["version"].get<int>() != kStudyVersion) {
+    problems.add("version", "this embcache reads study version 1, got " + describe(root["version"]));
+  }
+  if (!root.contains("output_dir") || !root["output_dir"].is_string() || root["output_dir"].get<std::string>().empty()) {
+    problems.add("output_dir", "missing or not a string; name the directory for caches, runs and results");
+  } else {
+    study.output_dir = absolute(base, root["output_dir"].get<std::string>());
+    if (fs::exists(study.output_dir) && !fs::is_directory(study.output_dir)) {
+      problems.add("output_dir", study.output_dir + " exists and is not a directory; choose another output_dir");
+    }
+  }
+  Json defaults_pre = Json::object(), defaults_probe = Json::object();
+  if (root.contains("defaults")) {
+    const Json& d = root["defaults"];
+    if (!d.is_object()) {
+      problems.add("defaults", "expected an object with \"precompute\" and/or \"probe\"");
+    } else {
+      for (const auto& [key, value] : d.items()) {
+        if (key == "precompute" && value.is_object()) defaults_pre = value;
+        else if (key == "probe" && value.is_object()) defaults_probe = value;
+        else if (key == "precompute" || key == "probe") problems.add("defaults." + key, "expected an object");
+        else problems.add("defaults", unknown_key(key, {"precompute", "probe"}));
+      }
+    }
+  }
+
+  std::set<std::string> names;
+  auto check_name = [&](const Json& entry, const std::string& where) -> std::string {
+    if (!entry.contains("name") || !entry["name"].is_string() || entry["name"].get<std::string>().empty()) {
+      problems.add(where + ".name", "missing; every entry needs a unique name");
+      return "";
+    }
+    const std::string name = entry["name"].get<std::string>();
+    if (name.find_first_of("/\\") != std::string::npos) problems.add(where + ".name", "\"" + name + "\" must not contain / or \\");
+    if (!names.insert(name).second) problems.add(where + ".name", "duplicate name \"" + name + "\"; names must be unique");
+    return name;
+  };
+
+  // Precompute entries.
+  std::map<std::string, std::size_t> entry_index;
+  std::map<std::string, std::string> entry_identity;  // name -> JSON of its resolved options
+  const auto& pre_fields = precompute_fields();
+  const auto pre_keys = json_keys(pre_fields, {"name"});
+  if (root.contains("precompute") && !root["precompute"].is_array()) problems.add("precompute", "expected a list of entries");
+  if (root.contains("precompute") && root["precompute"].is_array()) {
+    for (std::size_t i = 0; i < root["precompute"].size(); ++i) {
+      const std::string where = "precompute[" + std::to_string(i) + "]";
+      const Json& raw = root["precompute"][i];
+      if (!raw.is_object()) {
+        problems.add(where, "expected an object");
+        continue;
+      }
+      PrecomputeEntry entry;
+      entry.name = check_name(raw, where);
+      const Json e = merged(defaults_pre, raw);
+      for (const auto& [key, value] : e.items()) {
+        if (key == "name") continue;
+        const auto* field = find_field(pre_fields, key);
+        const std::string at = (raw.contains(key) ? where : "defaults.precompute") + "." + key;
+        if (!field) {
+          problems.add(at, unknown_key(key, pre_keys));
+          continue;
+        }
+        if (is_grid_value(*field, value)) {
+          problems.add(at, "a list here would mean several caches; write one precompute entry per cache");
+          continue;
+        }
+        if (assign(*field, value, entry.options, at, problems) && field->path) {
+          std::string& p = entry.options.*std::get<std::string PrecomputeOptions::*>(field->member);
+          p = absolute(base, p);
+        }
+      }
+      entry.options.quiet = false;
+      for (const char* required : {"encoder", "dataset"}) {
+        if (!e.contains(required)) problems.add(where + "." + required, "missing");
+      }
+      if (!entry.options.encoder.empty() && !fs::is_regular_file(entry.options.encoder)) {
+        problems.add(where + ".encoder", entry.options.encoder + " does not exist");
+      }
+      if (!entry.options.dataset.empty() && !fs::exists(entry.options.dataset)) {
+        problems.add(where + ".dataset", entry.options.dataset + " does not exist");
+      }
+      if (entry.options.out.empty() && !entry.name.empty() && !study.output_dir.empty()) {
+        entry.options.out = study.output_dir + "/caches/" + entry.name + ".h5";
+      }
+      Json identity = Json::object();
+      for (const auto& field : pre_fields) {
+        if (!field.in_json || field.name == "summary-json") continue;
+        std::visit([&](auto m) { identity[field.json_key()] = entry.options.*m; }, field.member);
+      }
+      entry_identity[entry.name] = identity.dump();
+      entry_index[entry.name] = study.precomputes.size();
+      study.precomputes.push_back(std::move(entry));
+    }
+  }
+
+  // Probe entries, expanded into runs.
+  const auto& probe_fields_ = probe_fields();
+  const auto probe_keys = json_keys(probe_fields_, {"name", "cache", "zip"});
+  if (root.contains("probes") && !root["probes"].is_array()) problems.add("probes", "expected a list of entries");
+  if (root.contains("probes") && root["probes"].is_array()) {
+    for (std::size_t i = 0; i < root["probes"].size(); ++i) {
+      const std::string where = "probes[" + std::to_string(i) + "]";
+      const Json& raw = root["probes"][i];
+      if (!raw.is_object()) {
+        problems.add(where, "expected an object");
+        continue;
+      }
+      const std::string group = check_name(raw, where);
+      const Json e = merged(defaults_probe, raw);
+      const std::size_t problems_before = problems.lines.size();
+      // Axes: fields whose value is a grid, in the entry's key order; "zip" ties some together.
+      std::vector<std::string> zip;
+      if (e.contains("zip")) {
+        if (!e["zip"].is_array()) problems.add(where + ".zip", "expected a list of field names");
+        else {
+          for (const auto& z : e["zip"]) {
+            if (!z.is_string() || !e.contains(z.get<std::string>())) {
+              problems.add(where + ".zip", "names " + describe(z) + ", which is not a field of this entry");
+            } else {
+              zip.push_back(z.get<std::string>());
+            }
+          }
+        }
+      }
+      if (!e.contains("cache")) problems.add(where + ".cache", "missing; name a precompute entry or a cache file");
+      for (const char* required : {"task", "levels"}) {
+        if (!e.contains(required)) problems.add(where + "." + required, "missing");
+      }
+      struct Axis {
+        std::vector<std::string> keys;
+        std::size_t size = 0;
+      };
+      std::vector<Axis> axes;
+      Axis zipped;
+      for (const auto& [key, value] : e.items()) {
+        if (key == "name" || key == "zip") continue;
+        const std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
+        const auto* field = find_field(probe_fields_, key);
+        if (key != "cache" && !field) {
+          problems.add(at, unknown_key(key, probe_keys));
+          continue;
+        }
+        const bool grid = key == "cache" ? value.is_array() : is_grid_value(*field, value);
+        const bool in_zip = std::find(zip.begin(), zip.end(), key) != zip.end();
+        if (in_zip && !grid) {
+          problems.add(at, "is in \"zip\" but is not a list of values");
+          continue;
+        }
+        if (!grid) continue;
+        if (value.empty()) {
+          problems.add(at, "empty list: no runs");
+          continue;
+        }
+        if (in_zip) {
+          if (zipped.size && zipped.size != value.size()) {
+            problems.add(at, "has " + std::to_string(value.size()) + " values but the other \"zip\" fields have " +
+                                 std::to_string(zipped.size) + "; zipped fields vary together and need equal lengths");
+          }
+          zipped.keys.push_back(key);
+          zipped.size = value.size();
+        } else {
+          axes.push_back({{key}, value.size()});
+        }
+      }
+      if (!zipped.keys.empty()) axes.push_back(zipped);
+      if (problems.lines.size() > problems_before) continue;
+
+      std::size_t total = 1;
+      for (const auto& a : axes) total *= a.size;
+      if (total > 100000) {
+        problems.add(where, "expands into " + std::to_string(total) + " runs; that is surely a mistake");
+        continue;
+      }
+      study.groups.push_back(group);
+      for (std::size_t r = 0; r < total; ++r) {
+        // This run's values: each axis picks one index.
+        Json values = e;
+        values.erase("name");
+        values.erase("zip");
+        ProbeRun run;
+        run.group = group;
+        run.varying = nlohmann::json::object();
+        std::size_t rest = r;
+        std::vector<std::size_t> picks(axes.size());
+        for (std::size_t a = axes.size(); a-- > 0;) {
+          picks[a] = rest % axes[a].size;
+          rest /= axes[a].size;
+        }
+        std::string label;
+        for (std::size_t a = 0; a < axes.size(); ++a) {
+          for (const auto& key : axes[a].keys) {
+            const Json picked = e[key][picks[a]];
+            values[key] = picked;
+            run.varying[key] = nlohmann::json::parse(picked.dump());
+            label += (label.empty() ? "" : ",") + key + "=" + value_label(picked);
+          }
+        }
+        run.name = group + (label.empty() ? "" : "/" + label);
+        const std::string run_where = where + (label.empty() ? "" : " (" + label + ")");
+        bool ok = true;
+        for (const auto& [key, value] : values.items()) {
+          if (key == "cache") continue;
+          std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
+          if (run.varying.contains(key)) {  // name the list element in errors
+            for (std::size_t k = 0; k < e[key].size(); ++k) {
+              if (e[key][k] == value) {
+                at += "[" + std::to_string(k) + "]";
+                break;
+              }
+            }
+          }
+          ok = assign(*find_field(probe_fields_, key), value, run.options, at, problems) && ok;
+        }
+        // The cache: a precompute entry, or a file.
+        std::string cache_identity;
+        if (values.contains("cache")) {
+          const Json& c = values["cache"];
+          if (!c.is_string()) {
+            problems.add(where + ".cache", "expected a precompute entry name or a path, got " + describe(c));
+            ok = false;
+          } else if (entry_index.count(c.get<std::string>())) {
+            run.cache_entry = c.get<std::string>();
+            run.options.caches = {study.precomputes[entry_index[run.cache_entry]].options.out};
+            cache_identity = entry_identity[run.cache_entry];
+          } else {
+            const std::string file = absolute(base, c.get<std::string>());
+            if (!fs::is_regular_file(file)) {
+              std::string entries;
+              for (const auto& p : study.precomputes) entries += (entries.empty() ? "" : ", ") + p.name;
+              problems.add(where + ".cache", "\"" + c.get<std::string>() + "\" is neither a precompute entry (" +
+                                                 (entries.empty() ? "there are none" : "entries: " + entries) +
+                                                 ") nor an existing cache file");
+              ok = false;
+            } else {
+              run.options.caches = {file};
+              cache_identity = file;
+            }
+          }
+        }
+        if (!ok) break;  // one report per entry is enough; the same mistake repeats in every run
+        try {
+          check_probe_options(run.options);
+        } catch (const Error& err) {
+          problems.add(run_where, err.what());
+          break;
+        }
+        nlohmann::json identity = probe_options_to_json(run.options);
+        identity.erase("out");
+        identity.erase("quiet");
+        identity["cache_identity"] = cache_identity;
+        run.id = sha256_hex(identity.dump()).substr(0, 12);
+        run.options.quiet = true;
+        run.options.out = study.output_dir + "/runs/" + slug(group) + "/" + (label.empty() ? "run" : slug(label)) + "-" + run.id;
+        study.runs.push_back(std::move(run));
+      }
+    }
+  }
+  if (study.precomputes.empty() && study.runs.empty() && problems.lines.empty()) {
+    problems.add("", "nothing to run: add \"precompute\" or \"probes\" entries");
+  }
+  if (!problems.lines.empty()) {
+    std::string message = std::to_string(problems.lines.size()) + " problem" + (problems.lines.size() == 1 ? "" : "s") +
+                          " in " + path + "; nothing was run";
+    for (const auto& line : problems.lines) message += "\n  " + line;
+    throw InputError(message);
+  }
+  return study;
+}
+
+}  // namespace embcache

@@ -1,0 +1,44 @@
+// A study file (`embcache run CONFIG.json`): parsed, validated with every problem reported at
+// once, and expanded into precompute entries and single probe runs. docs/run.md is the schema.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "embcache/pipeline/precompute_options.hpp"
+#include "embcache/probe/probe_options.hpp"
+
+namespace embcache {
+
+constexpr int kStudyVersion = 1;
+
+struct PrecomputeEntry {
+  std::string name;
+  PrecomputeOptions options;  // paths absolute; out defaults to OUTPUT_DIR/caches/NAME.h5
+};
+
+// One point of a probe grid: what one `train-probe` run with scalar lr, head, levels... would do.
+struct ProbeRun {
+  std::string group;         // the probe entry's name
+  std::string name;          // group, plus "field=value" for each field that varies in the group
+  std::string id;            // 12 hex digits of SHA-256 over the resolved options and cache identity
+  std::string cache_entry;   // the precompute entry it reads, or "" for a cache given by path
+  ProbeOptions options;      // caches resolved; out = OUTPUT_DIR/runs/GROUP/SLUG-ID
+  nlohmann::json varying;    // {"lr": 0.001, "levels": "2"}: the fields that vary in its group
+};
+
+struct Study {
+  std::string path;          // the config file
+  int version = kStudyVersion;
+  std::string output_dir;    // absolute
+  std::vector<PrecomputeEntry> precomputes;
+  std::vector<std::string> groups;  // probe entry names, in file order
+  std::vector<ProbeRun> runs;       // in file order, grids expanded
+};
+
+// Throws InputError whose message holds one line per problem ("study.json: probes[0].lr[2]:
+// expected a number, got \"fast\""); nothing is run or created.
+Study load_study(const std::string& path);
+
+}  // namespace embcache

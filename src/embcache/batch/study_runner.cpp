@@ -1,0 +1,270 @@
+#include "embcache/batch/study_runner.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "embcache/batch/report.hpp"
+#include "embcache/batch/results_table.hpp"
+#include "embcache/batch/run_ledger.hpp"
+#include "embcache/batch/study_config.hpp"
+#include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
+#include "embcache/core/parse.hpp"
+#include "embcache/core/sha256.hpp"
+#include "embcache/pipeline/precompute.hpp"
+#include "embcache/probe/trainer.hpp"
+#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/h5.hpp"
+
+namespace embcache {
+namespace {
+
+namespace fs = std::filesystem;
+
+// Runs trained together in one train-probe pass: they share everything but head, levels, lr and
+// weight decay, and those form a full grid (so the pass trains exactly these runs).
+struct Pass {
+  std::vector<std::size_t> runs;  // indices into Study::runs
+  ProbeOptions options;
+};
+
+std::string shared_key(const ProbeRun& run) {
+  nlohmann::json j = probe_options_to_json(run.options);
+  for (const char* k : {"lr", "weight_decay", "head", "levels", "out"}) j.erase(k);
+  return run.group + "\n" + j.dump();
+}
+
+std::vector<std::string> distinct(const std::vector<std::string>& values) {
+  std::vector<std::string> out;
+  for (const auto& v : values) {
+    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
+  }
+  return out;
+}
+
+std::string join(const std::vector<std::string>& values, const char* sep) {
+  std::string s;
+  for (std::size_t i = 0; i < values.size(); ++i) s += (i ? sep : "") + values[i];
+  return s;
+}
+
+// Splits runs with the same shared key into passes whose (head, levels, lr, wd) form a full grid.
+void add_passes(const Study& study, const std::vector<std::size_t>& runs, std::vector<Pass>* passes) {
+  auto try_grid = [&](const std::vector<std::size_t>& group) -> bool {
+    std::vector<std::string> heads, levels, lrs, wds;
+    std::set<std::string> combos;
+    for (auto r : group) {
+      const auto& o = study.runs[r].options;
+      heads.push_back(o.head);
+      levels.push_back(o.levels);
+      lrs.push_back(o.lr);
+      wds.push_back(o.weight_decay);
+      combos.insert(o.head + "|" + o.levels + "|" + o.lr + "|" + o.weight_decay);
+    }
+    heads = distinct(heads), levels = distinct(levels), lrs = distinct(lrs), wds = distinct(wds);
+    if (combos.size() != group.size() || heads.size() * levels.size() * lrs.size() * wds.size() != group.size()) return false;
+    Pass pass;
+    pass.runs = group;
+    pass.options = study.runs[group.front()].options;
+    pass.options.head = join(heads, ",");
+    pass.options.levels = join(levels, ",");
+    pass.options.lr = join(lrs, ",");
+    pass.options.weight_decay = join(wds, ",");
+    std::string ids;
+    for (auto r : group) ids += study.runs[r].id;
+    pass.options.out = study.output_dir + "/passes/" + sha256_hex(ids).substr(0, 12);
+    passes->push_back(pass);
+    return true;
+  };
+  if (try_grid(runs)) return;
+  // Not a full grid (a zip, or some runs already finished): one pass per (head, levels), else alone.
+  std::map<std::string, std::vector<std::size_t>> by_head;
+  std::vector<std::string> order;
+  for (auto r : runs) {
+    const std::string k = study.runs[r].options.head + "|" + study.runs[r].options.levels;
+    if (!by_head.count(k)) order.push_back(k);
+    by_head[k].push_back(r);
+  }
+  for (const auto& k : order) {
+    if (try_grid(by_head[k])) continue;
+    for (auto r : by_head[k]) try_grid({r});
+  }
+}
+
+std::string cache_state(const PrecomputeEntry& entry) {
+  const std::string& out = entry.options.out;
+  if (!fs::exists(out)) return "not computed yet";
+  try {
+    CacheFileReader reader(out);
+    return "exists: " + std::to_string(reader.rows()) + " rows, " + format_bytes(double(fs::file_size(out))) +
+           " (a rerun computes only what is missing or changed)";
+  } catch (const Error& e) {
+    return std::string("cannot be read: ") + e.what();
+  }
+}
+
+// Per-run metrics.json: the pass's file narrowed to this run's combination.
+nlohmann::json run_metrics(const nlohmann::json& pass, const ProbeRun& run, const CombinationOutcome& c, std::size_t fused) {
+  nlohmann::json j = pass;
+  j["options"] = probe_options_to_json(run.options);
+  j["best"] = {{"combination", c.id}, {"head", c.head}, {"levels", c.levels}, {"lr", c.lr},
+               {"weight_decay", c.weight_decay}, {"epoch", c.best_epoch}};
+  j["val"] = c.val;
+  j["test"] = c.test;
+  j.erase("test_ci95");
+  if (!c.test_ci95.is_null()) j["test_ci95"] = c.test_ci95;
+  j["history"] = c.history;
+  j.erase("combinations");
+  j["run"] = {{"name", run.name}, {"id", run.id}, {"group", run.group}, {"fused_runs", fused}};
+  return j;
+}
+
+}  // namespace
+
+void run_study(const RunStudyOptions& options) {
+  const Study study = load_study(options.config);
+
+  // --only: entry names; probes bring the precomputes they read.
+  std::set<std::string> selected_pre, selected_groups;
+  if (options.only.empty()) {
+    for (const auto& p : study.precomputes) selected_pre.insert(p.name);
+    for (const auto& g : study.groups) selected_groups.insert(g);
+  } else {
+    for (const auto& name : options.only) {
+      const bool is_pre = std::any_of(study.precomputes.begin(), study.precomputes.end(), [&](const auto& p) { return p.name == name; });
+      const bool is_group = std::find(study.groups.begin(), study.groups.end(), name) != study.groups.end();
+      if (!is_pre && !is_group) {
+        std::string names;
+        for (const auto& p : study.precomputes) names += (names.empty() ? "" : ", ") + p.name;
+        for (const auto& g : study.groups) names += (names.empty() ? "" : ", ") + g;
+        throw UsageError("--only " + name + ": no precompute or probe entry of that name in " + study.path +
+                         " (entries: " + names + ")");
+      }
+      if (is_pre) selected_pre.insert(name);
+      if (is_group) selected_groups.insert(name);
+    }
+    for (const auto& run : study.runs) {
+      if (selected_groups.count(run.group) && !run.cache_entry.empty()) selected_pre.insert(run.cache_entry);
+    }
+  }
+
+  RunLedger ledger(study.output_dir, study.version);
+  std::vector<std::size_t> pending;
+  std::size_t finished = 0, selected_runs = 0;
+  for (std::size_t i = 0; i < study.runs.size(); ++i) {
+    if (!selected_groups.count(study.runs[i].group)) continue;
+    ++selected_runs;
+    if (ledger.finished(study.runs[i].id) && !options.force) {
+      ++finished;
+    } else {
+      pending.push_back(i);
+    }
+  }
+  std::vector<Pass> passes;
+  {
+    std::map<std::string, std::vector<std::size_t>> buckets;
+    std::vector<std::string> order;
+    for (auto r : pending) {
+      const std::string key = shared_key(study.runs[r]);
+      if (!buckets.count(key)) order.push_back(key);
+      buckets[key].push_back(r);
+    }
+    for (const auto& key : order) add_passes(study, buckets[key], &passes);
+  }
+
+  std::printf("%s: %zu precompute%s, %zu probe run%s (%zu finished, %zu to run in %zu train-probe pass%s) -> %s\n",
+              study.path.c_str(), selected_pre.size(), selected_pre.size() == 1 ? "" : "s", selected_runs,
+              selected_runs == 1 ? "" : "s", finished, pending.size(), passes.size(), passes.size() == 1 ? "" : "es",
+              study.output_dir.c_str());
+  if (options.dry_run) {
+    for (const auto& p : study.precomputes) {
+      if (!selected_pre.count(p.name)) continue;
+      std::printf("precompute %s: %s over %s -> %s\n  %s\n", p.name.c_str(), p.options.encoder.c_str(),
+                  p.options.dataset.c_str(), p.options.out.c_str(), cache_state(p).c_str());
+    }
+    for (std::size_t i = 0; i < passes.size(); ++i) {
+      const auto& o = passes[i].options;
+      std::printf("pass %zu: %s, %zu run%s in one pass: task %s, head %s, levels %s, lr %s, weight decay %s, %lld epochs, cache %s\n",
+                  i + 1, study.runs[passes[i].runs.front()].group.c_str(), passes[i].runs.size(),
+                  passes[i].runs.size() == 1 ? "" : "s", o.task.c_str(), o.head.c_str(), o.levels.c_str(), o.lr.c_str(),
+                  o.weight_decay.c_str(), static_cast<long long>(o.epochs), o.caches.front().c_str());
+      for (auto r : passes[i].runs) std::printf("  %s  %s\n", study.runs[r].id.c_str(), study.runs[r].name.c_str());
+    }
+    std::fflush(stdout);
+    return;
+  }
+
+  std::error_code ec;
+  fs::create_directories(study.output_dir, ec);
+  if (ec) throw IoError("output_dir " + study.output_dir + ": cannot create (" + ec.message() + ")");
+  for (const auto& p : study.precomputes) {
+    if (!selected_pre.count(p.name)) continue;
+    fs::create_directories(fs::path(p.options.out).parent_path(), ec);
+    std::printf("== precompute %s ==\n", p.name.c_str());
+    std::fflush(stdout);
+    const PrecomputeSummary summary = run_precompute(p.options);
+    std::printf("%s\n", summary.one_line().c_str());
+    std::fflush(stdout);
+    if (summary.interrupted) {
+      throw Interrupted("interrupted during precompute " + p.name + "; rerun the same command to continue");
+    }
+  }
+
+  for (std::size_t i = 0; i < passes.size(); ++i) {
+    const Pass& pass = passes[i];
+    std::printf("== pass %zu/%zu: %s, %zu run%s (head %s, levels %s, lr %s, weight decay %s) ==\n", i + 1, passes.size(),
+                study.runs[pass.runs.front()].group.c_str(), pass.runs.size(), pass.runs.size() == 1 ? "" : "s",
+                pass.options.head.c_str(), pass.options.levels.c_str(), pass.options.lr.c_str(),
+                pass.options.weight_decay.c_str());
+    std::fflush(stdout);
+    std::vector<nlohmann::json> rows;
+    std::map<std::size_t, bool> written;
+    ProbeHooks hooks;
+    nlohmann::json pass_metrics;
+    // The hook runs after the pass's metrics.json is written; read it for the shared fields.
+    hooks.on_combination = [&](const CombinationOutcome& c) {
+      if (pass_metrics.is_null()) {
+        std::ifstream in(pass.options.out + "/metrics.json");
+        pass_metrics = nlohmann::json::parse(in);
+      }
+      for (auto r : pass.runs) {
+        const ProbeRun& run = study.runs[r];
+        if (written.count(r)) continue;
+        if (run.options.head != c.head || run.options.levels != c.levels_requested ||
+            parse_double(run.options.lr, "lr") != c.lr || parse_double(run.options.weight_decay, "weight_decay") != c.weight_decay) {
+          continue;
+        }
+        fs::create_directories(run.options.out);
+        const nlohmann::json m = run_metrics(pass_metrics, run, c, pass.runs.size());
+        write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
+        write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
+        c.save_head(run.options.out + "/head.pt.tmp");
+        fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
+        rows.push_back(result_row(run, m));
+        written[r] = true;
+      }
+    };
+    const ProbeResult result = train_probe(pass.options, hooks);
+    std::printf("%s\n", result.summary.c_str());
+    std::fflush(stdout);
+    if (rows.size() != pass.runs.size()) {
+      throw std::logic_error("run: a pass finished without results for every run it fused");
+    }
+    ledger.append(rows);
+    write_results(study, ledger);
+  }
+  write_results(study, ledger);
+  std::printf("\n%s", results_text(study, ledger, selected_groups).c_str());
+  const std::string report = write_report(study.output_dir);
+  std::printf("\nresults: %s/results.csv, %s/results.jsonl\nreport: %s\n", study.output_dir.c_str(),
+              study.output_dir.c_str(), report.c_str());
+  std::fflush(stdout);
+}
+
+}  // namespace embcache

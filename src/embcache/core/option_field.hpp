@@ -1,0 +1,39 @@
+// One description per command option, shared by the command line (CLI11) and JSON configs, so
+// the two can never disagree on names, types or meaning.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <variant>
+#include <vector>
+
+namespace embcache {
+
+template <class T>
+struct OptionField {
+  using Member = std::variant<std::string T::*, std::vector<std::string> T::*, double T::*, std::int64_t T::*,
+                              int T::*, std::uint64_t T::*, bool T::*>;
+  enum class Shape {
+    kScalar,     // one value
+    kList,       // a comma list on the command line, a JSON array of scalars in configs
+    kLevelSets,  // probe levels: "1+2,3" on the command line; [1, 2] or [[1, 2], [3]] in configs
+  };
+  std::string name;  // the long option without dashes: "weight-decay" (JSON: "weight_decay")
+  std::string help;
+  Member member;
+  Shape shape = Shape::kScalar;
+  bool required = false;    // on the command line
+  bool negated = false;     // a bool flag that sets the member to false: --no-fsync
+  bool grid = false;        // a comma list means several runs (train-probe's multi-head grid)
+  bool path = false;        // JSON configs resolve it relative to the config file
+  bool in_json = true;      // false: set by `embcache run` itself (outputs, progress)
+  bool show_default = true;
+
+  std::string json_key() const {
+    std::string key = name;
+    for (auto& c : key) c = c == '-' ? '_' : c;
+    return key;
+  }
+};
+
+}  // namespace embcache
