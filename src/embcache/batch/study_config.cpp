@@ -42,8 +42,17 @@ std::size_t edit_distance(const std::string& a, const std::string& b) {
 }
 
 std::string unknown_key(const std::string& key, const std::vector<std::string>& known) {
+  // Names people bring from other tools.
+  static const std::map<std::string, std::string> aliases = {
+      {"learning_rate", "lr"}, {"wd", "weight_decay"}, {"bs", "batch_size"}, {"n_epochs", "epochs"},
+      {"num_epochs", "epochs"}, {"level", "levels"}, {"heads", "head"}, {"caches", "cache"}, {"output", "output_dir"},
+      {"out_dir", "output_dir"}, {"probe", "probes"}, {"precomputes", "precompute"}, {"model", "encoder"}};
+  const auto alias = aliases.find(key);
+  if (alias != aliases.end() && std::find(known.begin(), known.end(), alias->second) != known.end()) {
+    return "unknown key \"" + key + "\"; did you mean \"" + alias->second + "\"?";
+  }
   std::string best;
-  std::size_t best_d = 3;  // suggest only close names
+  std::size_t best_d = std::max<std::size_t>(3, key.size() / 3);  // suggest only close names
   for (const auto& k : known) {
     const std::size_t d = edit_distance(key, k);
     if (d < best_d) {
@@ -98,6 +107,11 @@ bool assign(const OptionField<T>& field, const Json& v, T& options, const std::s
             const char* sep = field.shape == S::kLevelSets ? "+" : ",";
             for (std::size_t i = 0; i < v.size(); ++i) {
               std::string item;
+              if (field.numeric && !v[i].is_number()) {
+                problems.add(where + "[" + std::to_string(i) + "]", "expected a number, got " + describe(v[i]));
+                ok = false;
+                return;
+              }
               if (!scalar_text(v[i], &item)) {
                 problems.add(where + "[" + std::to_string(i) + "]", std::string("expected a string or a number, got ") + describe(v[i]));
                 ok = false;
@@ -105,6 +119,10 @@ bool assign(const OptionField<T>& field, const Json& v, T& options, const std::s
               }
               text += (i ? sep : "") + item;
             }
+          } else if (field.numeric && !v.is_number()) {
+            problems.add(where, "expected a number, got " + describe(v));
+            ok = false;
+            return;
           } else if (!scalar_text(v, &text)) {
             problems.add(where, std::string("expected a string or a number, got ") + type_name(v) + " " + describe(v));
             ok = false;
@@ -402,6 +420,24 @@ Study load_study(const std::string& path) {
         }
       }
       if (!zipped.keys.empty()) axes.push_back(zipped);
+      // Cache references, checked for every listed value before any run is built.
+      if (e.contains("cache")) {
+        const Json caches = e["cache"].is_array() ? e["cache"] : Json::array({e["cache"]});
+        for (std::size_t k = 0; k < caches.size(); ++k) {
+          const std::string at = (raw.contains("cache") ? where : "defaults.probe") + ".cache" +
+                                 (e["cache"].is_array() ? "[" + std::to_string(k) + "]" : "");
+          if (!caches[k].is_string()) {
+            problems.add(at, "expected a precompute entry name or a path, got " + describe(caches[k]));
+            continue;
+          }
+          const std::string ref = caches[k].get<std::string>();
+          if (entry_index.count(ref) || fs::is_regular_file(absolute(base, ref))) continue;
+          std::string entries;
+          for (const auto& p : study.precomputes) entries += (entries.empty() ? "" : ", ") + p.name;
+          problems.add(at, "\"" + ref + "\" is neither a precompute entry (" +
+                               (entries.empty() ? "there are none" : "entries: " + entries) + ") nor an existing cache file");
+        }
+      }
       if (problems.lines.size() > problems_before) continue;
 
       std::size_t total = 1;
@@ -450,31 +486,16 @@ Study load_study(const std::string& path) {
           }
           ok = assign(*find_field(probe_fields_, key), value, run.options, at, problems) && ok;
         }
-        // The cache: a precompute entry, or a file.
+        // The cache: a precompute entry, or a file (both checked above).
         std::string cache_identity;
-        if (values.contains("cache")) {
-          const Json& c = values["cache"];
-          if (!c.is_string()) {
-            problems.add(where + ".cache", "expected a precompute entry name or a path, got " + describe(c));
-            ok = false;
-          } else if (entry_index.count(c.get<std::string>())) {
-            run.cache_entry = c.get<std::string>();
-            run.options.caches = {study.precomputes[entry_index[run.cache_entry]].options.out};
-            cache_identity = entry_identity[run.cache_entry];
-          } else {
-            const std::string file = absolute(base, c.get<std::string>());
-            if (!fs::is_regular_file(file)) {
-              std::string entries;
-              for (const auto& p : study.precomputes) entries += (entries.empty() ? "" : ", ") + p.name;
-              problems.add(where + ".cache", "\"" + c.get<std::string>() + "\" is neither a precompute entry (" +
-                                                 (entries.empty() ? "there are none" : "entries: " + entries) +
-                                                 ") nor an existing cache file");
-              ok = false;
-            } else {
-              run.options.caches = {file};
-              cache_identity = file;
-            }
-          }
+        const std::string ref = values["cache"].get<std::string>();
+        if (entry_index.count(ref)) {
+          run.cache_entry = ref;
+          run.options.caches = {study.precomputes[entry_index[ref]].options.out};
+          cache_identity = entry_identity[ref];
+        } else {
+          run.options.caches = {absolute(base, ref)};
+          cache_identity = run.options.caches.front();
         }
         if (!ok) break;  // one report per entry is enough; the same mistake repeats in every run
         try {
@@ -497,6 +518,7 @@ Study load_study(const std::string& path) {
   if (study.precomputes.empty() && study.runs.empty() && problems.lines.empty()) {
     problems.add("", "nothing to run: add \"precompute\" or \"probes\" entries");
   }
+  if (problems.lines.size() == 1) throw InputError(problems.lines.front());
   if (!problems.lines.empty()) {
     std::string message = std::to_string(problems.lines.size()) + " problem" + (problems.lines.size() == 1 ? "" : "s") +
                           " in " + path + "; nothing was run";

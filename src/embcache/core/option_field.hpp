@@ -26,6 +26,7 @@ struct OptionField {
   bool negated = false;     // a bool flag that sets the member to false: --no-fsync
   bool grid = false;        // a comma list means several runs (train-probe's multi-head grid)
   bool path = false;        // JSON configs resolve it relative to the config file
+  bool numeric = false;     // text that holds numbers (lr "1e-3,1e-2"): JSON must give numbers
   bool in_json = true;      // false: set by `embcache run` itself (outputs, progress)
   bool show_default = true;
 

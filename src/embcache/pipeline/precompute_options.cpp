@@ -27,7 +27,9 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     f.back().show_default = false;
     add("scale", "value = (raw * scale - mean) / std", &O::scale);
     add("mean", "One mean, or one per channel (comma list)", &O::mean).shape = S::kList;
+    f.back().numeric = true;
     add("std", "One std, or one per channel (comma list)", &O::std).shape = S::kList;
+    f.back().numeric = true;
     add("batch-size", "Crops per encoder call, or auto (time a few sizes)", &O::batch_size);
     add("device", "auto, cpu, cuda or cuda:N", &O::device);
     add("threads", "Intra-op threads for the encoder (0 = one per core)", &O::threads);

@@ -25,13 +25,14 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     add("num-classes", "Classes (default: from the labels)", &O::num_classes).show_default = false;
     add("ignore-index", "Mask value to ignore (default: the cache's ignore_index)", &O::ignore_index).show_default = false;
     add("hidden", "mlp: hidden widths (512 or 512,256); conv/fpn/unet: width (default 128)", &O::hidden).shape = S::kList;
+    f.back().numeric = true;
     add("dropout", "mlp dropout", &O::dropout);
     add("conv-blocks", "conv: 3x3 conv blocks", &O::conv_blocks);
     add("optimizer", "adamw or sgd", &O::optimizer);
     add("lr", "Learning rate; comma list = grid", &O::lr).shape = S::kList;
-    f.back().grid = true;
+    f.back().grid = f.back().numeric = true;
     add("weight-decay", "Weight decay; comma list = grid", &O::weight_decay).shape = S::kList;
-    f.back().grid = true;
+    f.back().grid = f.back().numeric = true;
     add("epochs", "Epochs", &O::epochs);
     add("batch-size", "Rows per batch", &O::batch_size);
     add("schedule", "cosine, constant or step", &O::schedule);

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# embcache run / report end to end: config validation reports every problem at once and runs
+# nothing; a study runs, fuses runs into passes, equals train-probe run alone, skips finished runs
+# on rerun, resumes after kill -9 without duplicates, rejects corrupted ledgers; the report's
+# charts have data.
+source "$(dirname "$0")/lib.sh"
+: "${PROBE_PY:?run through ctest}" "${DEMO_DATA_PY:?}"
+probe() { "$PYTHON" "$PROBE_PY" "$@"; }
+
+mkdir data
+"$PYTHON" "$DEMO_DATA_PY" data --train 800 --val 200 --test 200 >/dev/null
+
+# A config with many mistakes: all reported at once, one line each, nothing created.
+cat >bad.json <<'JSON'
+{
+  "version": 1,
+  "output_dir": "out-bad",
+  "precompute": [
+    { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/missing.h5" },
+    { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "dtype": ["float16", "float32"] }
+  ],
+  "probes": [
+    { "name": "a", "cache": "enc", "task": "classification", "levels": [[1]], "lr": [0.1, 0.01, "fast"] },
+    { "name": "b", "cache": "nope", "task": "classification", "levels": 1, "learning_rate": 0.1 },
+    { "name": "c", "cache": "enc", "task": "classification", "head": "fpn", "levels": [[1]] }
+  ]
+}
+JSON
+rc=0
+"$EMBCACHE" run bad.json >out.txt 2>err.txt || rc=$?
+[[ $rc -eq 3 ]] || fail "bad config: expected exit 3, got $rc"
+for want in 'precompute\[0\].dataset: .*missing.h5 does not exist' 'precompute\[1\].name: duplicate name "enc"' \
+            'precompute\[1\].dtype: a list here would mean several caches' \
+            'probes\[0\].lr\[2\]: expected a number, got "fast"' \
+            'probes\[1\].learning_rate: unknown key "learning_rate"; did you mean "lr"' \
+            'probes\[1\].cache: "nope" is neither a precompute entry' 'fpn combines several levels'; do
+  grep -qE -- "$want" err.txt || fail "bad config: stderr lacks /$want/: $(cat err.txt)"
+done
+! grep -qiE "terminate called|abort|Exception raised" err.txt || fail "abort in: $(cat err.txt)"
+[[ ! -e out-bad ]] || fail "a rejected config created its output_dir"
+echo "ok: $(head -1 err.txt) ($(($(wc -l <err.txt) - 1)) problems listed)"
+
+printf '{\n  "version": 1,\n  "output_dir": "x",\n  "probes": [ { "name": "a", }\n]}\n' >malformed.json
+expect_error 3 'malformed.json:4:30: malformed JSON' "$EMBCACHE" run malformed.json
+echo '{"version": 1, "output_dir": "afile", "probes": []}' >file.json
+touch afile
+expect_error 3 'output_dir: .*afile exists and is not a directory' "$EMBCACHE" run file.json
+echo '{"version": 2, "output_dir": "x", "precompute": []}' >v2.json
+expect_error 3 'version: this embcache reads study version 1' "$EMBCACHE" run v2.json
+
+# The study: a precompute and two probe groups (one fuses 6 runs, one uses zip).
+cat >study.json <<'JSON'
+{
+  "version": 1,
+  "output_dir": "out",
+  "defaults": {
+    "precompute": { "scale": 0.00392157, "mean": [0.286], "std": [0.353], "dtype": "float16" },
+    "probe": { "task": "classification", "cache": "enc", "epochs": 4, "batch_size": 128 }
+  },
+  "precompute": [ { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5" } ],
+  "probes": [
+    { "name": "sweep", "head": "linear", "levels": [[0], [1]], "lr": [1e-3, 1e-2, 3e-2], "bootstrap": 50 },
+    { "name": "zipped", "head": "mlp", "levels": 1, "zip": ["lr", "weight_decay"], "lr": [1e-3, 1e-2], "weight_decay": [0, 0.01] }
+  ]
+}
+JSON
+"$EMBCACHE" run study.json --dry-run >plan.txt
+grep -q "8 probe runs (0 finished, 8 to run in 3 train-probe passes)" plan.txt || fail "dry run plan: $(cat plan.txt)"
+grep -q "sweep, 6 runs in one pass" plan.txt || fail "dry run should fuse the sweep: $(cat plan.txt)"
+[[ ! -e out ]] || fail "--dry-run created the output_dir"
+expect_error 2 "--only nosuch: no precompute or probe entry" "$EMBCACHE" run study.json --only nosuch
+
+"$EMBCACHE" run study.json >run1.txt
+grep -q "linear-sweep\|sweep (best first by val accuracy)" run1.txt || fail "no results table: $(cat run1.txt)"
+"$PYTHON" - <<'PY' || fail "study outputs"
+import csv, json, os
+rows = list(csv.DictReader(open("out/results.csv")))
+assert len(rows) == 8 and len({r["id"] for r in rows}) == 8, len(rows)
+for r in rows:
+    d = r["run_dir"]
+    for f in ("metrics.json", "history.csv", "head.pt"):
+        assert os.path.isfile(os.path.join(d, f)), (d, f)
+    m = json.load(open(os.path.join(d, "metrics.json")))
+    assert m["run"]["id"] == r["id"] and len(m["history"]) == 4, m["run"]
+sweep = [r for r in rows if r["group"] == "sweep"]
+assert all("test_accuracy" in r and r["fused_runs"] == "6" for r in sweep)
+assert len([l for l in open("out/results.jsonl")]) == 8
+print("ok: 8 runs, each with metrics.json, history.csv and head.pt; results.csv and results.jsonl complete")
+PY
+# A fused run equals the same run through train-probe alone.
+run_dir=$("$PYTHON" -c 'import csv; print([r["run_dir"] for r in csv.DictReader(open("out/results.csv")) if r["name"] == "sweep/levels=1,lr=0.01"][0])')
+"$EMBCACHE" train-probe --cache out/caches/enc.h5 --out alone --task classification --levels 1 --lr 0.01 --epochs 4 \
+  --batch-size 128 --bootstrap 50 --quiet >/dev/null
+probe same "$run_dir" alone "linear levels=1 lr=0.01 wd=0"
+probe head out/caches/enc.h5 "$run_dir"
+
+# Rerun: nothing to do. An edit that adds runs runs only those.
+"$EMBCACHE" run study.json >run2.txt
+grep -q "(8 finished, 0 to run in 0 train-probe passes)" run2.txt || fail "rerun: $(head -1 run2.txt)"
+sed -i 's/"lr": \[1e-3, 1e-2, 3e-2\]/"lr": [1e-3, 1e-2, 3e-2, 1e-1]/' study.json
+"$EMBCACHE" run study.json >run3.txt
+grep -q "(8 finished, 2 to run in 1 train-probe pass)" run3.txt || fail "edited rerun: $(head -1 run3.txt)"
+
+# kill -9 in the middle of a study, rerun: finished runs are kept, the rest run, no duplicates.
+sed 's/"output_dir": "out"/"output_dir": "out-kill"/; s/"epochs": 4/"epochs": 40/' study.json >kill.json
+"$EMBCACHE" run kill.json >kill1.txt 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [[ -f out-kill/ledger.jsonl ]] && [[ $(wc -l <out-kill/ledger.jsonl) -ge 2 ]] && break
+  sleep 0.05
+done
+kill -9 $pid
+wait $pid 2>/dev/null || true
+done_before=$(($(wc -l <out-kill/ledger.jsonl) - 1))
+[[ $done_before -ge 1 && $done_before -lt 10 ]] || fail "kill -9 landed outside the study ($done_before runs finished)"
+"$EMBCACHE" run kill.json >kill2.txt
+grep -q "($done_before finished, $((10 - done_before)) to run" kill2.txt || fail "resume after kill -9: $(head -1 kill2.txt)"
+"$PYTHON" - <<'PY' || fail "results after kill -9"
+import csv
+rows = list(csv.DictReader(open("out-kill/results.csv")))
+assert len(rows) == 10 and len({r["id"] for r in rows}) == 10, [r["name"] for r in rows]
+print("ok: after kill -9 and a rerun, results.csv has all 10 runs once")
+PY
+
+# Ledger damage: a torn last line is repaired; garbage or another version is refused.
+printf '{"id": "tor' >>out/ledger.jsonl
+"$EMBCACHE" run study.json >run4.txt
+grep -q "(10 finished, 0 to run" run4.txt || fail "torn ledger line: $(head -1 run4.txt)"
+cp out/ledger.jsonl ledger.good
+sed -i '3s/.*/this is not json/' out/ledger.jsonl
+expect_error 3 "ledger.jsonl: line 3 is not JSON; the ledger is corrupted" "$EMBCACHE" run study.json
+sed '1s/"study_version":1/"study_version":7/' ledger.good >out/ledger.jsonl
+expect_error 3 "written for study version 7" "$EMBCACHE" run study.json
+cp ledger.good out/ledger.jsonl
+
+# The report: a table row per run and charts with data.
+"$EMBCACHE" report out >report.txt
+"$PYTHON" - <<'PY' || fail "report.html"
+from html.parser import HTMLParser
+class P(HTMLParser):
+    def __init__(self):
+        super().__init__()
+        self.charts, self.rows, self.in_body, self.marks = [], 0, False, 0
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "svg" and a.get("class") == "chart":
+            self.charts.append(int(a["data-points"]))
+        if tag == "tbody":
+            self.in_body = True
+        if tag == "tr" and self.in_body:
+            self.rows += 1
+        if tag in ("polyline", "rect") and a.get("class") in ("series", "bar"):
+            self.marks += 1
+    def handle_endtag(self, tag):
+        if tag == "tbody":
+            self.in_body = False
+p = P()
+text = open("out/report.html").read()
+p.feed(text)
+assert "http://" not in text.replace("http://www.w3.org/2000/svg", "") and "https://" not in text, "report must be offline"
+assert p.rows == 10, p.rows
+assert len(p.charts) == 8 and all(n > 0 for n in p.charts), p.charts  # 4 charts x 2 groups
+assert p.marks >= 10, p.marks
+print(f"ok: report.html: {p.rows} result rows, {len(p.charts)} charts with {sum(p.charts)} points")
+PY
+expect_error 3 "no results.jsonl" "$EMBCACHE" report data
+echo "e2e_run: all checks passed"
