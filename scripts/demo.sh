@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, makes a demo dataset (Fashion-MNIST from Debian) and encoder,
 # runs precompute twice (the second run finds everything cached), inspects the cache, reads it
-# back with h5py and trains a grid of linear probes on it.
+# back with h5py, trains a grid of linear probes on it, and runs the quickstart study
+# (configs/quickstart.json) which ends with an HTML report.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-OUT=${DEMO_DIR:-demo-out}
+OUT=demo-out  # configs/*.json read the demo data from here
 mkdir -p "$OUT"
 EMBCACHE=build/apps/embcache/embcache
 
@@ -59,4 +60,8 @@ print(f"best: {m['best']['combination']}: test accuracy {t['accuracy']:.3f} "
       f"top-5 {t['top5_accuracy']:.3f}; {m['timing']['samples_per_second']:.0f} samples/s ({m['data']['tier']} tier)")
 PY
 echo
+echo "== embcache run configs/quickstart.json: a study from JSON (precompute + probe grid + report) =="
+$EMBCACHE run configs/quickstart.json
+echo
 echo "demo outputs are in $OUT/ (cache.h5, summary.json, probe/metrics.json, probe/history.csv, probe/head.pt)"
+echo "study results: $OUT/study-quickstart/results.csv; open $OUT/study-quickstart/report.html in a browser"

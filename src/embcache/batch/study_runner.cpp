@@ -99,7 +99,16 @@ void add_passes(const Study& study, const std::vector<std::size_t>& runs, std::v
 
 std::string cache_state(const PrecomputeEntry& entry) {
   const std::string& out = entry.options.out;
-  if (!fs::exists(out)) return "not computed yet";
+  if (!fs::exists(out)) {
+    try {
+      const PrecomputeEstimate e = estimate_precompute(entry.options);
+      return "not computed yet; estimated " + std::to_string(e.crops) + " crops from " + std::to_string(e.windows) +
+             " windows x " + format_bytes(double(e.bytes_per_crop)) + " = " +
+             format_bytes(double(e.crops) * double(e.bytes_per_crop)) + " of features (levels " + join(e.levels, ", ") + ")";
+    } catch (const Error& err) {
+      return std::string("not computed yet; cannot estimate its size: ") + err.what();
+    }
+  }
   try {
     CacheFileReader reader(out);
     return "exists: " + std::to_string(reader.rows()) + " rows, " + format_bytes(double(fs::file_size(out))) +

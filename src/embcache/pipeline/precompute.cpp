@@ -270,6 +270,29 @@ std::string PrecomputeSummary::one_line() const {
   return line;
 }
 
+PrecomputeEstimate estimate_precompute(const PrecomputeOptions& options) {
+  const Resolved opt = resolve(options);
+  std::unique_ptr<WindowSource> source = open_array_dataset(options.dataset);
+  PrecomputeEstimate estimate;
+  const auto& windows = source->windows();
+  estimate.windows = std::int64_t(windows.size());
+  for (const auto& w : windows) estimate.crops += std::int64_t(crop_grid(w.bounds, opt.grid).size());
+  if (windows.empty()) return estimate;
+  const std::int64_t channels = opt.cropper.bands.empty() ? source->channels() : std::int64_t(opt.cropper.bands.size());
+  const std::int64_t h = opt.grid.height.value_or(windows.front().bounds.height());
+  const std::int64_t w = opt.grid.width.value_or(windows.front().bounds.width());
+  Encoder encoder(options.encoder, c10::Device(c10::kCPU), Amp::kNone);
+  const EncoderOutput out = encoder.forward(at::zeros({1, channels, h, w}));
+  for (auto i : select_levels(out, opt.level_request)) {
+    const at::Tensor& level = out.levels[i];
+    estimate.bytes_per_crop += level.numel() * std::int64_t(element_size(opt.storage.dtype));
+    std::string shape;
+    for (std::int64_t d = 1; d < level.dim(); ++d) shape += (d > 1 ? ", " : "") + std::to_string(level.size(d));
+    estimate.levels.push_back(out.names[i] + " [" + shape + "]");
+  }
+  return estimate;
+}
+
 PrecomputeSummary run_precompute(const PrecomputeOptions& options, const PrecomputeHooks& hooks) {
   const auto started = Clock::now();
   const Resolved opt = resolve(options);

@@ -5,6 +5,7 @@
 #include <functional>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "embcache/pipeline/precompute_options.hpp"
 
@@ -41,6 +42,16 @@ struct PrecomputeHooks {
 
 // Runs a whole precompute. Throws UsageError/InputError/IoError. After a stop request (Ctrl-C) it
 // commits and consolidates what is done and returns with `interrupted` set.
+// What a precompute would produce, for `embcache run --dry-run`: the crop count of the dataset's
+// grid and the feature bytes per crop (the encoder run once on zeros, on the CPU).
+struct PrecomputeEstimate {
+  std::int64_t windows = 0;
+  std::int64_t crops = 0;
+  std::int64_t bytes_per_crop = 0;
+  std::vector<std::string> levels;  // "name [C, H, W]"
+};
+PrecomputeEstimate estimate_precompute(const PrecomputeOptions& options);
+
 PrecomputeSummary run_precompute(const PrecomputeOptions& options, const PrecomputeHooks& hooks = {});
 
 }  // namespace embcache
