@@ -69,7 +69,7 @@ print("ok: labels, masks, attributes")
 PY
 
 # inspect, text and JSON.
-"$EMBCACHE" inspect cache-scripted.h5 | grep -q "splits: test=12 train=48 val=12" || fail "inspect text"
+"$EMBCACHE" inspect cache-scripted.h5 | grep -qE "splits \(crops / windows\): test=12/[0-9]+ train=48/[0-9]+ val=12/[0-9]+" || fail "inspect text"
 "$EMBCACHE" inspect cache-scripted.h5 --json >inspect.json
 "$PYTHON" - <<'PY'
 import json

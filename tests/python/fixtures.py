@@ -229,6 +229,9 @@ def compare(args) -> int:
     mean = torch.tensor([float(v) for v in args.mean.split(",")], dtype=torch.float32)
     std = torch.tensor([float(v) for v in args.std.split(",")], dtype=torch.float32)
     enc = torch.jit.load(args.encoder).eval()
+    # rslearn caches key crops in absolute pixel coordinates: origins maps "group/name" to the
+    # window's (x1, y1), and the dataset holds the window's pixels from that corner.
+    origins = json.load(open(args.origins)) if args.origins else {}
     with h5py.File(args.dataset, "r") as d, h5py.File(args.cache, "r") as c:
         images = d["images"]
         n, ch, h, w = images.shape
@@ -237,8 +240,9 @@ def compare(args) -> int:
         bands = [int(b) for b in args.bands.split(",")] if args.bands else list(range(ch))
         expected = {}
         for i in range(n):
+            ox, oy = origins.get(f"{groups[i]}/{names[i]}", (0, 0))
             for b in reference_crops(w, h, crop_w, crop_h, args.overlap):
-                expected[(groups[i], names[i], b)] = i
+                expected[(groups[i], names[i], (b[0] + ox, b[1] + oy, b[2] + ox, b[3] + oy))] = i
         cwin = [s.decode() for s in c["index/window"][:]]
         cgrp = [s.decode() for s in c["index/group"][:]]
         cb = c["index/bounds"][:]
@@ -251,7 +255,8 @@ def compare(args) -> int:
 
         def crop_input(key):
             i = expected[key]
-            x1, y1, x2, y2 = key[2]
+            ox, oy = origins.get(f"{key[0]}/{key[1]}", (0, 0))
+            x1, y1, x2, y2 = key[2][0] - ox, key[2][1] - oy, key[2][2] - ox, key[2][3] - oy
             raw = torch.from_numpy(images[i].astype(np.int32) if images.dtype == np.uint16 else images[i])[bands]
             crop = torch.full((len(bands), y2 - y1, x2 - x1), float(args.pad_value), dtype=torch.float32)
             xe, ye = min(x2, w), min(y2, h)
@@ -344,6 +349,7 @@ def main() -> int:
     c.add_argument("encoder")
     c.add_argument("--crop-size", default="")
     c.add_argument("--overlap", type=int, default=0)
+    c.add_argument("--origins", default="", help="JSON: {\"group/name\": [x1, y1]} for absolute crop keys")
     c.add_argument("--pad-value", type=float, default=0.0)
     c.add_argument("--scale", type=float, default=1.0)
     c.add_argument("--mean", default="0")

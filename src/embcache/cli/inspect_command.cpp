@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <map>
 #include <memory>
+#include <set>
 
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
@@ -54,6 +55,12 @@ nlohmann::json inspect_cache(const std::string& path) {
   std::map<std::string, std::int64_t> splits;
   for (const auto& s : index.splits) ++splits[s];
   j["splits"] = splits;
+  // Windows per split: distinct (group, window) keys; the same name in two groups is two windows.
+  std::map<std::string, std::set<std::pair<std::string, std::string>>> windows_per_split;
+  for (std::size_t r = 0; r < index.splits.size(); ++r) windows_per_split[index.splits[r]].insert({index.groups[r], index.windows[r]});
+  nlohmann::json window_counts = nlohmann::json::object();
+  for (const auto& [split, keys] : windows_per_split) window_counts[split] = keys.size();
+  j["split_windows"] = window_counts;
   std::map<std::string, std::int64_t> groups;
   for (const auto& g : index.groups) ++groups[g];
   j["groups"] = groups;
@@ -88,9 +95,26 @@ void run_inspect_command(const InspectOptions& options) {
   std::printf("  preprocessing: %s  bands: %s  crop_size: %s  overlap: %s\n",
               sig["preprocessing"].dump().c_str(), sig["bands"].dump().c_str(),
               sig["crop_size"].dump().c_str(), sig["overlap"].dump().c_str());
-  std::printf("  splits:");
+  std::printf("  dataset: %s (%s)\n", sig.value("dataset_path", std::string("?")).c_str(),
+              sig.value("dataset_format", std::string("array")).c_str());
+  if (sig.contains("layers")) {
+    std::printf("  layers:");
+    for (const auto& l : sig["layers"]) {
+      std::string bands;
+      for (const auto& b : l["bands"]) bands += (bands.empty() ? "" : ",") + b.get<std::string>();
+      std::printf(" %s:%s", l["layer"].get<std::string>().c_str(), bands.c_str());
+      if (l.value("timesteps", 1) > 1) std::printf(" (x%lld timesteps)", (long long)l["timesteps"].get<std::int64_t>());
+    }
+    if (sig.contains("label_layer")) {
+      std::printf("   labels from: %s%s", sig["label_layer"].get<std::string>().c_str(),
+                  sig.contains("label_property") ? ("." + sig["label_property"].get<std::string>()).c_str() : "");
+    }
+    std::printf("\n");
+  }
+  std::printf("  splits (crops / windows):");
   for (auto it = j["splits"].begin(); it != j["splits"].end(); ++it) {
-    std::printf(" %s=%lld", it.key().c_str(), (long long)it.value().get<std::int64_t>());
+    std::printf(" %s=%lld/%lld", it.key().c_str(), (long long)it.value().get<std::int64_t>(),
+                (long long)j["split_windows"].value(it.key(), std::int64_t(0)));
   }
   std::printf("\n  levels:\n");
   for (const auto& level : j["levels"]) {

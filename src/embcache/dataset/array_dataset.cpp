@@ -37,8 +37,8 @@ class ArrayDataset final : public WindowSource {
  public:
   explicit ArrayDataset(const std::string& path) : path_(path) {
     if (std::filesystem::is_directory(path)) {
-      throw InputError(path + ": is a directory; rslearn window directories are not supported yet, "
-                              "only array datasets (HDF5, see docs/dataset-formats.md)");
+      throw InputError(path + ": is a directory but not an rslearn dataset (no windows/ inside); pass an "
+                              "rslearn dataset root or an array dataset file (docs/dataset-formats.md)");
     }
     if (!h5::is_hdf5(path)) {
       throw InputError(path + ": not an HDF5 file (or missing); expected an array dataset "

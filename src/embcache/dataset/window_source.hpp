@@ -3,9 +3,12 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <nlohmann/json.hpp>
+
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "embcache/core/crop_key.hpp"
@@ -26,6 +29,7 @@ struct LabelKinds {
   std::int64_t value_width = 0;  // 0: one scalar per window ([N]); K: a vector ([N, K])
   bool has_mask = false;
   std::int64_t ignore_index = -1;
+  std::vector<std::string> class_names;  // class id -> name, when the dataset names its classes
 };
 
 struct WindowData {
@@ -45,6 +49,10 @@ class WindowSource {
   virtual std::string describe() const = 0;
   // Reads one window whole. Not thread-safe: one thread owns the source (HDF5 is not concurrent).
   virtual WindowData read(std::size_t index) = 0;
+  // Windows left out when the source was opened, with the reason ("layer not completed").
+  virtual std::vector<std::pair<std::string, std::int64_t>> skipped() const { return {}; }
+  // Informational signature fields (rslearn: the layers and bands read).
+  virtual nlohmann::json signature_fields() const { return nlohmann::json::object(); }
 };
 
 }  // namespace embcache

@@ -24,6 +24,7 @@
 #include "embcache/dataset/array_dataset.hpp"
 #include "embcache/dataset/crop_grid.hpp"
 #include "embcache/dataset/cropper.hpp"
+#include "embcache/dataset/rslearn_dataset.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/preprocess.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
@@ -232,6 +233,7 @@ void sync_device(const c10::Device& device) {
 nlohmann::json PrecomputeSummary::to_json() const {
   nlohmann::json j;
   j["windows"] = windows;
+  j["windows_skipped"] = windows_skipped;
   j["crops_total"] = crops_total;
   j["crops_computed"] = crops_computed;
   j["crops_skipped"] = crops_skipped;
@@ -267,12 +269,45 @@ std::string PrecomputeSummary::one_line() const {
                 format_bytes(double(bytes_written)).c_str(),
                 batch_size > 0 ? ("batch " + std::to_string(batch_size)).c_str() : "nothing to encode",
                 device.c_str());
-  return line;
+  std::string text = line;
+  for (const auto& [why, n] : windows_skipped) text += "; " + std::to_string(n) + " windows skipped (" + why + ")";
+  return text;
+}
+
+// The dataset reader --format asks for (auto: rslearn when DATASET/windows exists).
+std::unique_ptr<WindowSource> open_source(const PrecomputeOptions& o) {
+  if (o.format != "auto" && o.format != "array" && o.format != "rslearn") {
+    throw UsageError("--format: expected auto, array or rslearn, got \"" + o.format + "\"");
+  }
+  const bool rslearn = o.format == "rslearn" || (o.format == "auto" && is_rslearn_root(o.dataset));
+  if (!rslearn) {
+    const std::pair<const char*, const std::string*> rslearn_only[] = {
+        {"--layers", &o.layers}, {"--groups", &o.groups}, {"--window-names", &o.window_names},
+        {"--tags", &o.tags}, {"--label-layer", &o.label_layer}};
+    for (const auto& [name, value] : rslearn_only) {
+      if (!value->empty()) throw UsageError(std::string(name) + " applies to rslearn datasets; " + o.dataset + " is an array dataset");
+    }
+    return open_array_dataset(o.dataset);
+  }
+  RslearnOptions r;
+  r.root = o.dataset;
+  r.layers = o.layers;
+  r.groups = o.groups;
+  r.window_names = o.window_names;
+  r.tags = o.tags;
+  r.split_key = o.split_key;
+  r.label_layer = o.label_layer;
+  r.label_property = o.label_property;
+  r.label_type = o.label_type;
+  r.classes = o.classes;
+  r.pad_value = o.pad_value;
+  r.reader_threads = o.reader_threads;
+  return open_rslearn_dataset(r);
 }
 
 PrecomputeEstimate estimate_precompute(const PrecomputeOptions& options) {
   const Resolved opt = resolve(options);
-  std::unique_ptr<WindowSource> source = open_array_dataset(options.dataset);
+  std::unique_ptr<WindowSource> source = open_source(options);
   PrecomputeEstimate estimate;
   const auto& windows = source->windows();
   estimate.windows = std::int64_t(windows.size());
@@ -301,7 +336,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       std::filesystem::equivalent(options.out, options.dataset, same_ec)) {
     throw UsageError("--out " + options.out + " is the dataset itself; choose another path for the cache");
   }
-  std::unique_ptr<WindowSource> source = open_array_dataset(options.dataset);
+  std::unique_ptr<WindowSource> source = open_source(options);
   const std::int64_t channels = source->channels();
   for (std::int64_t band : opt.cropper.bands) {
     if (band < 0 || band >= channels) {
@@ -336,6 +371,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   signature["dtype"] = to_string(opt.storage.dtype);
   signature["labels"] = label_kinds_to_json(labels);
   signature["embcache_version"] = EMBCACHE_VERSION;
+  const nlohmann::json source_fields = source->signature_fields();
+  for (const auto& [k, v] : source_fields.items()) signature[k] = v;
 
   CacheStore store(options.out, signature, labels, opt.storage, opt.policy, options.overwrite);
   if (!options.quiet && store.cache_exists() &&
@@ -348,6 +385,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   const auto& windows = source->windows();
   PrecomputeSummary summary;
   summary.windows = std::int64_t(windows.size());
+  for (const auto& [why, n] : source->skipped()) summary.windows_skipped[why] = n;
   for (const auto& w : windows) summary.crops_total += std::int64_t(crop_grid(w.bounds, opt.grid).size());
   summary.device = opt.device.str();
   summary.threads = opt.threads;

@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <nlohmann/json.hpp>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -13,6 +14,7 @@ namespace embcache {
 
 struct PrecomputeSummary {
   std::int64_t windows = 0;
+  std::map<std::string, std::int64_t> windows_skipped;  // reason -> windows the dataset left out
   std::int64_t crops_total = 0;
   std::int64_t crops_computed = 0;
   std::int64_t crops_skipped = 0;  // already cached with identical pixels

@@ -14,8 +14,25 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     };
     add("encoder", "TorchScript encoder file (torch.jit.save)", &O::encoder).required = true;
     f.back().path = true;
-    add("dataset", "Array dataset (HDF5 with /images [N,C,H,W])", &O::dataset).required = true;
+    add("dataset", "Array dataset (HDF5 with /images [N,C,H,W]) or rslearn dataset root", &O::dataset).required = true;
     f.back().path = true;
+    add("format", "Dataset format: auto (rslearn when DATASET/windows exists), array or rslearn", &O::format);
+    add("layers", "rslearn: layers and bands, LAYER:BAND,BAND[;LAYER:BAND...], channels in this order", &O::layers)
+        .show_default = false;
+    add("groups", "rslearn: only these window groups (comma list)", &O::groups).shape = S::kList;
+    f.back().show_default = false;
+    add("window-names", "rslearn: only these window names (comma list)", &O::window_names).shape = S::kList;
+    f.back().show_default = false;
+    add("tags", "rslearn: only windows whose metadata options match key=value (comma list)", &O::tags).shape = S::kList;
+    f.back().show_default = false;
+    add("split-key", "rslearn: the metadata option that holds the split", &O::split_key);
+    add("label-layer", "rslearn: labels from this layer (one-band raster: masks; GeoJSON: image labels)", &O::label_layer)
+        .show_default = false;
+    add("label-property", "rslearn: the GeoJSON feature property holding the label", &O::label_property).show_default = false;
+    add("label-type", "rslearn vector labels: auto (strings: classes, numbers: values), class or value", &O::label_type);
+    add("classes", "rslearn vector labels: class names in id order (default: sorted distinct values)", &O::classes).shape = S::kList;
+    f.back().show_default = false;
+    add("reader-threads", "rslearn: windows read in parallel", &O::reader_threads);
     add("out", "Cache file to create or extend", &O::out).required = true;
     f.back().path = true;
     add("crop-size", "Crop size S or WxH (default: whole window)", &O::crop_size).show_default = false;

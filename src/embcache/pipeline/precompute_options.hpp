@@ -36,6 +36,18 @@ struct PrecomputeOptions {
   std::int64_t segment_mb = 1024;
   bool fsync = true;
   std::string stage_priority = "idle";  // idle | normal: scheduling of the non-encoder stages
+  // Dataset format and the rslearn reader's options (docs/dataset-formats.md).
+  std::string format = "auto";  // auto | array | rslearn
+  std::string layers;
+  std::string groups;
+  std::string window_names;
+  std::string tags;
+  std::string split_key = "split";
+  std::string label_layer;
+  std::string label_property;
+  std::string label_type = "auto";
+  std::string classes;
+  int reader_threads = 2;
 };
 
 // Every option of `embcache precompute`, in --help order.
