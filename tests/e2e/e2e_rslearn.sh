@@ -68,6 +68,22 @@ with h5py.File("expected.h5") as e, h5py.File("rgb_expected.h5", "w") as o:
 PY
 fx compare rgb.h5 rgb_expected.h5 enc3/multi_scripted.pt --crop-size 64 --scale 0.00392 --batch-size 4 --origins origins.json
 
+# A multi-timestep layer (rslearn flattens band c, timestep t to c*T + t): VH's 3 timesteps.
+"$EMBCACHE" precompute --encoder enc3/multi_scripted.pt --dataset ds --layers s1:VH --crop-size 64 --out s1.h5 \
+  --quiet --no-fsync --batch-size 4
+"$PYTHON" - <<'PY' || fail "multi-timestep reference"
+import h5py, numpy as np
+from osgeo import gdal
+with h5py.File("expected.h5") as e, h5py.File("s1_expected.h5", "w") as o:
+    names, groups = e["names"].asstr()[:], e["groups"].asstr()[:]
+    o["images"] = np.stack([gdal.Open(f"ds/windows/{g}/{n}/layers/s1/VV_VH/geotiff.tif").ReadAsArray()[3:6]
+                            for g, n in zip(groups, names)])
+    for k in ("names", "groups", "splits"):
+        o.create_dataset(k, data=e[k].asstr()[:].tolist(), dtype=h5py.string_dtype("utf-8"))
+PY
+fx compare s1.h5 s1_expected.h5 enc3/multi_scripted.pt --crop-size 64 --batch-size 4 --origins origins.json
+"$EMBCACHE" inspect s1.h5 | grep -q "layers: s1:VH (x3 timesteps)" || fail "inspect: timesteps"
+
 # A real scene: Landsat-7 (6 bands, uint8, SIRGAS 2000 / UTM 25S) placed as one window.
 rs landsat "$L7_TIF" l7 l7_expected.h5 l7_origins.json
 fx encoders enc6 --channels 6 >/dev/null

@@ -83,6 +83,7 @@ CONFIG = {"layers": {
                                                   {"bands": ["B_08"], "dtype": "uint16"}]},
     "dem": {"type": "raster", "band_sets": [{"bands": ["elevation"], "dtype": "float32"}]},
     "rgb": {"type": "raster", "band_sets": [{"bands": ["R", "G", "B"], "dtype": "uint8"}]},
+    "s1": {"type": "raster", "band_sets": [{"bands": ["VV", "VH"], "dtype": "float32"}]},
     "landcover": {"type": "raster", "band_sets": [{"bands": ["class"], "dtype": "uint8"}]},
     "label": {"type": "vector"}}}
 
@@ -106,6 +107,7 @@ def synthetic(args):
         dem = rng.normal(100, 30, (1, 64, 64)).astype(np.float32)
         dem[0, :5, :7] = -9999.0  # nodata
         rgb = rng.integers(0, 256, (3, 64, 64)).astype(np.uint8)
+        s1 = rng.normal(0, 1, (6, 64, 64)).astype(np.float32)  # VV, VH x 3 timesteps, flattened c*T + t
         lc = rng.integers(0, 4, (1, 64, 64)).astype(np.uint8)
         lc[0, 10:20, 30:40] = 255  # nodata -> ignore index
         layers = os.path.join(d, "layers")
@@ -113,6 +115,9 @@ def synthetic(args):
         write_tif(os.path.join(layers, "sentinel2", bandset_dirname(["B_08"]), "geotiff.tif"), nir, b, gdal.GDT_UInt16)
         write_tif(os.path.join(layers, "dem", "elevation", "geotiff.tif"), dem, b, gdal.GDT_Float32, nodata=-9999.0)
         write_tif(os.path.join(layers, "rgb", "R_G_B", "geotiff.tif"), rgb, b, gdal.GDT_Byte)
+        write_tif(os.path.join(layers, "s1", "VV_VH", "geotiff.tif"), s1, b, gdal.GDT_Float32)
+        with open(os.path.join(layers, "s1", "VV_VH", "metadata.json"), "w") as f:
+            json.dump({"num_channels": 2, "num_timesteps": 3, "timestamps": None}, f)
         write_tif(os.path.join(layers, "landcover", "class", "geotiff.tif"), lc, b, gdal.GDT_Byte, nodata=255)
         os.makedirs(os.path.join(layers, "label"), exist_ok=True)
         with open(os.path.join(layers, "label", "data.geojson"), "w") as f:
@@ -121,7 +126,7 @@ def synthetic(args):
                                      "geometry": {"type": "Point", "coordinates": [b[0], b[1]]}},
                                     {"type": "Feature", "properties": {"category": label, "score": 0.5},
                                      "geometry": {"type": "Point", "coordinates": [b[0] + 3, b[1] + 3]}}]}, f)
-        for layer in ("sentinel2", "dem", "rgb", "landcover", "label"):
+        for layer in ("sentinel2", "dem", "rgb", "s1", "landcover", "label"):
             open(os.path.join(layers, layer, "completed"), "w").close()
         # What the reader must produce for --layers "sentinel2:B02,B_08,B04 dem:elevation", read back with GDAL.
         s2_path = os.path.join(layers, "sentinel2", "B04_B03_B02", "geotiff.tif")

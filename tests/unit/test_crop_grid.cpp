@@ -2,6 +2,7 @@
 
 #include "embcache/core/error.hpp"
 #include "embcache/dataset/crop_grid.hpp"
+#include "embcache/dataset/rslearn_dataset.hpp"
 
 using embcache::Bounds;
 using embcache::CropGridSpec;
@@ -87,4 +88,15 @@ TEST_CASE("overlap must be smaller than the crop") {
   no_size.overlap = 2;
   REQUIRE_THROWS_AS(no_size.validate(), embcache::UsageError);
   REQUIRE_NOTHROW(square(8, 7).validate());
+}
+
+TEST_CASE("rslearn band-set directory names follow rslearn's rule") {
+  CHECK(embcache::rslearn_bandset_dirname({"B04", "B03", "B02"}) == "B04_B03_B02");
+  // A band with '_': SHA-256 of Python's json.dumps(bands), quotes escaped.
+  CHECK(embcache::rslearn_bandset_dirname({"B_08", "x\"y"}) ==
+        "f6f11110116bd18bc2bb86e6c2a4a93cb4f11d81d896d0c2144864954d5fbf89");
+  // Joined names longer than 64 characters: SHA-256 of the joined name.
+  CHECK(embcache::rslearn_bandset_dirname({"B01", "B02", "B03", "B04", "B05", "B06", "B07", "B08", "B8A", "B09",
+                                           "B10", "B11", "B12", "B13", "B14", "B15", "B16"}) ==
+        "819f036991cefca8d9a79e00d2a52d4fa6d704e0abdd7c333ea7db07205b1853");
 }
