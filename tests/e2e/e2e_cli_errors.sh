@@ -37,8 +37,10 @@ expect_error 3 "rank 3" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset
 expect_error 3 "both \"win0\"" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset dup.h5 --out c.h5
 expect_error 3 "/labels has shape \[2\]" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset badlabels.h5 --out c.h5
 expect_error 3 "not an HDF5 file" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset text.h5 --out c.h5
-mkdir -p rslearn_root/windows
-expect_error 3 "rslearn window directories are not supported yet" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset rslearn_root --out c.h5
+mkdir -p rslearn_root/windows plain_dir
+expect_error 2 "--layers: required for rslearn datasets" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset rslearn_root --out c.h5
+expect_error 3 "no window to read" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset rslearn_root --layers s2:B1 --out c.h5
+expect_error 3 "is a directory but not an rslearn dataset" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset plain_dir --out c.h5
 # Outputs
 expect_error 4 "does not exist" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out missing/dir/c.h5
 expect_error 3 "not an embcache cache" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out text.h5

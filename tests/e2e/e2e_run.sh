@@ -122,6 +122,22 @@ assert len(rows) == 10 and len({r["id"] for r in rows}) == 10, [r["name"] for r 
 print("ok: after kill -9 and a rerun, results.csv has all 10 runs once")
 PY
 
+# Ctrl-C: exit 130, finished runs stay in the ledger, a rerun finishes the study.
+sed 's/"output_dir": "out"/"output_dir": "out-int"/; s/"epochs": 4/"epochs": 40/' study.json >int.json
+"$EMBCACHE" run int.json >int1.txt 2>&1 &
+pid=$!
+for _ in $(seq 1 600); do
+  [[ -f out-int/ledger.jsonl ]] && [[ $(wc -l <out-int/ledger.jsonl) -ge 2 ]] && break
+  sleep 0.05
+done
+kill -INT $pid
+rc=0
+wait $pid || rc=$?
+[[ $rc -eq 130 ]] || fail "Ctrl-C during a study: expected exit 130, got $rc ($(tail -2 int1.txt))"
+"$EMBCACHE" run int.json >int2.txt
+grep -q "finished, .* to run" int2.txt && [[ $(($(wc -l <out-int/results.csv) - 1)) -eq 10 ]] || fail "rerun after Ctrl-C: $(head -1 int2.txt)"
+echo "ok: Ctrl-C stops a study with exit 130; the rerun finishes it"
+
 # Ledger damage: a torn last line is repaired; garbage or another version is refused.
 printf '{"id": "tor' >>out/ledger.jsonl
 "$EMBCACHE" run study.json >run4.txt
