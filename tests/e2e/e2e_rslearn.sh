@@ -39,6 +39,30 @@ rs labels cls.h5 expected.h5 origins.json --crop-size 32 | grep -q '"class_names
   --label-property score --crop-size 32 --out val.h5 --quiet --no-fsync
 "$PYTHON" -c 'import h5py, numpy as np; v = h5py.File("val.h5")["labels/value"][:]; assert np.allclose(v, 0.5), v' || fail "value labels"
 
+# A float raster label layer: per-pixel regression targets, nodata -> NaN; train-probe uses them.
+"$EMBCACHE" precompute --encoder enc4/multi_scripted.pt --dataset ds --layers "$LAYERS" --label-layer canopy \
+  --crop-size 32 --scale 0.0001 --out reg.h5 --quiet --no-fsync
+"$PYTHON" - <<'PY' || fail "per-pixel value labels"
+import h5py, json, numpy as np
+from osgeo import gdal
+origins = json.load(open("origins.json"))
+with h5py.File("reg.h5") as c:
+    assert "labels/pixel_value" in c and "labels/mask" not in c
+    g, w, b, v = c["index/group"].asstr()[:], c["index/window"].asstr()[:], c["index/bounds"][:], c["labels/pixel_value"][:]
+    for r in range(len(w)):
+        a = gdal.Open(f"ds/windows/{g[r]}/{w[r]}/layers/canopy/height/geotiff.tif").ReadAsArray().astype(np.float32)
+        a[a == -9999.0] = np.nan
+        ox, oy = origins[f"{g[r]}/{w[r]}"]
+        want = a[b[r][1] - oy:b[r][3] - oy, b[r][0] - ox:b[r][2] - ox]
+        assert np.array_equal(np.isnan(v[r]), np.isnan(want)) and np.allclose(np.nan_to_num(v[r]), np.nan_to_num(want)), r
+    assert np.isnan(v).any()
+print("ok: float label raster stored as /labels/pixel_value, nodata as NaN")
+PY
+"$EMBCACHE" train-probe --cache reg.h5 --out reg-run --task pixel-regression --head linear --levels 1 --epochs 3 \
+  --batch-size 8 --quiet >/dev/null
+"$PYTHON" -c 'import json, math; m = json.load(open("reg-run/metrics.json")); assert math.isfinite(m["val"]["rmse"]), m["val"]' \
+  || fail "pixel-regression on per-pixel values"
+
 # Filters: groups, window names, tags; the split key.
 count() { "$PYTHON" -c 'import h5py, sys; f = h5py.File(sys.argv[1]); print(len(set(zip(f["index/group"].asstr()[:], f["index/window"].asstr()[:]))))' "$1"; }
 "$EMBCACHE" precompute --encoder enc4/multi_scripted.pt --dataset ds --layers "$LAYERS" --groups g2 --out f1.h5 --quiet --no-fsync

@@ -85,6 +85,7 @@ CONFIG = {"layers": {
     "rgb": {"type": "raster", "band_sets": [{"bands": ["R", "G", "B"], "dtype": "uint8"}]},
     "s1": {"type": "raster", "band_sets": [{"bands": ["VV", "VH"], "dtype": "float32"}]},
     "landcover": {"type": "raster", "band_sets": [{"bands": ["class"], "dtype": "uint8"}]},
+    "canopy": {"type": "raster", "band_sets": [{"bands": ["height"], "dtype": "float32"}]},
     "label": {"type": "vector"}}}
 
 WINDOWS = [("g1", "w0", (100, -300, 164, -236), "train", "forest"),
@@ -110,6 +111,8 @@ def synthetic(args):
         s1 = rng.normal(0, 1, (6, 64, 64)).astype(np.float32)  # VV, VH x 3 timesteps, flattened c*T + t
         lc = rng.integers(0, 4, (1, 64, 64)).astype(np.uint8)
         lc[0, 10:20, 30:40] = 255  # nodata -> ignore index
+        canopy = (dem / 10.0).astype(np.float32)  # a float label: per-pixel regression target
+        canopy[0, 40:50, :8] = -9999.0  # nodata -> NaN (no target)
         layers = os.path.join(d, "layers")
         write_tif(os.path.join(layers, "sentinel2", bandset_dirname(["B04", "B03", "B02"]), "geotiff.tif"), s2, b, gdal.GDT_UInt16)
         write_tif(os.path.join(layers, "sentinel2", bandset_dirname(["B_08"]), "geotiff.tif"), nir, b, gdal.GDT_UInt16)
@@ -119,6 +122,7 @@ def synthetic(args):
         with open(os.path.join(layers, "s1", "VV_VH", "metadata.json"), "w") as f:
             json.dump({"num_channels": 2, "num_timesteps": 3, "timestamps": None}, f)
         write_tif(os.path.join(layers, "landcover", "class", "geotiff.tif"), lc, b, gdal.GDT_Byte, nodata=255)
+        write_tif(os.path.join(layers, "canopy", "height", "geotiff.tif"), canopy, b, gdal.GDT_Float32, nodata=-9999.0)
         os.makedirs(os.path.join(layers, "label"), exist_ok=True)
         with open(os.path.join(layers, "label", "data.geojson"), "w") as f:
             json.dump({"type": "FeatureCollection", "properties": {},
@@ -126,7 +130,7 @@ def synthetic(args):
                                      "geometry": {"type": "Point", "coordinates": [b[0], b[1]]}},
                                     {"type": "Feature", "properties": {"category": label, "score": 0.5},
                                      "geometry": {"type": "Point", "coordinates": [b[0] + 3, b[1] + 3]}}]}, f)
-        for layer in ("sentinel2", "dem", "rgb", "s1", "landcover", "label"):
+        for layer in ("sentinel2", "dem", "rgb", "s1", "landcover", "canopy", "label"):
             open(os.path.join(layers, layer, "completed"), "w").close()
         # What the reader must produce for --layers "sentinel2:B02,B_08,B04 dem:elevation", read back with GDAL.
         s2_path = os.path.join(layers, "sentinel2", "B04_B03_B02", "geotiff.tif")

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <cmath>
 
 namespace embcache {
 namespace {
@@ -34,7 +35,7 @@ at::Tensor padded_slice(const at::Tensor& source, const Bounds& window, const Bo
 }  // namespace
 
 CropPixels cut_crop(const at::Tensor& pixels, const at::Tensor& mask, const Bounds& window_bounds,
-                    const Bounds& crop, const CropperOptions& options) {
+                    const Bounds& crop, const CropperOptions& options, const at::Tensor& pixel_value) {
   CropPixels result;
   at::Tensor source = pixels;
   if (!options.bands.empty()) {
@@ -43,6 +44,9 @@ CropPixels cut_crop(const at::Tensor& pixels, const at::Tensor& mask, const Boun
   result.pixels = padded_slice(source, window_bounds, crop, options.pad_value);
   if (mask.defined()) {
     result.mask = padded_slice(mask, window_bounds, crop, options.mask_pad_value);
+  }
+  if (pixel_value.defined()) {
+    result.pixel_value = padded_slice(pixel_value, window_bounds, crop, std::nan(""));
   }
   return result;
 }

@@ -13,6 +13,7 @@ namespace embcache {
 struct CropPixels {
   at::Tensor pixels;  // [C', h, w], the window's dtype, contiguous
   at::Tensor mask;    // [h, w] int32, or undefined
+  at::Tensor pixel_value;  // [h, w] float32 (NaN past the edge), or undefined
 };
 
 struct CropperOptions {
@@ -25,6 +26,7 @@ struct CropperOptions {
 // bottom edges (windows smaller than the crop), where pixels take pad_value and masks the ignore
 // index, as rslearn pads.
 CropPixels cut_crop(const at::Tensor& pixels, const at::Tensor& mask, const Bounds& window_bounds,
-                    const Bounds& crop, const CropperOptions& options);
+                    const Bounds& crop, const CropperOptions& options,
+                    const at::Tensor& pixel_value = at::Tensor());
 
 }  // namespace embcache

@@ -403,8 +403,24 @@ class RslearnDataset : public WindowSource {
       const std::string vector_path = entries_.front().path + "/layers/" + options_.label_layer + "/data.geojson";
       vector_labels_ = fs::exists(vector_path);
       if (!vector_labels_) {
-        labels_.has_mask = true;
-        labels_.ignore_index = -1;
+        // A raster label layer: class ids per pixel (a mask), or numbers per pixel with
+        // --label-type value (auto: float bands are values, integer bands are classes).
+        const std::string type = options_.label_type;
+        if (type != "auto" && type != "class" && type != "value") {
+          throw UsageError("--label-type: expected auto, class or value, got \"" + type + "\"");
+        }
+        bool float_band = false;
+        const std::string tif = label_raster(entries_.front());
+        GdalDataset ds(tif);
+        if (!ds.handle) throw InputError(tif + ": cannot open the label GeoTIFF (" + gdal_message() + ")");
+        const GDALDataType t = GDALGetRasterDataType(GDALGetRasterBand(ds.handle, 1));
+        float_band = t == GDT_Float32 || t == GDT_Float64;
+        if (type == "value" || (type == "auto" && float_band)) {
+          labels_.has_pixel_value = true;
+        } else {
+          labels_.has_mask = true;
+          labels_.ignore_index = -1;
+        }
       }
     }
   }
@@ -467,6 +483,17 @@ class RslearnDataset : public WindowSource {
       }
       class_labels_.push_back(std::int64_t(it - labels_.class_names.begin()));
     }
+  }
+
+  // The one-band GeoTIFF of a raster label layer.
+  std::string label_raster(const WindowEntry& e) const {
+    const fs::path layer_dir = e.path + "/layers/" + options_.label_layer;
+    if (fs::is_directory(layer_dir)) {
+      for (const auto& sub : fs::directory_iterator(layer_dir)) {
+        if (sub.is_directory() && fs::exists(sub.path() / "geotiff.tif")) return (sub.path() / "geotiff.tif").string();
+      }
+    }
+    throw InputError(layer_dir.string() + ": the label layer has no band-set directory with a geotiff.tif (nor a data.geojson)");
   }
 
   // Opens a window's GeoTIFF and checks it lies on the window's pixel grid, exactly.
@@ -560,15 +587,14 @@ class RslearnDataset : public WindowSource {
       i = j;
     }
     if (labels_.has_mask) {
-      const fs::path layer_dir = e.path + "/layers/" + options_.label_layer;
-      std::string tif;
-      for (const auto& sub : fs::directory_iterator(layer_dir)) {
-        if (sub.is_directory() && fs::exists(sub.path() / "geotiff.tif")) tif = (sub.path() / "geotiff.tif").string();
-      }
-      if (tif.empty()) throw InputError(layer_dir.string() + ": label layer has no band-set directory with a geotiff.tif");
       data.mask = at::empty({1, h, w}, at::kInt);
-      read_bands(tif, e, {1}, data.mask, double(labels_.ignore_index));
+      read_bands(label_raster(e), e, {1}, data.mask, double(labels_.ignore_index));
       data.mask = data.mask[0];
+    }
+    if (labels_.has_pixel_value) {
+      data.pixel_value = at::empty({1, h, w}, at::kFloat);
+      read_bands(label_raster(e), e, {1}, data.pixel_value, std::nan(""));
+      data.pixel_value = data.pixel_value[0];
     }
     if (labels_.has_class) data.label_class = class_labels_[index];
     if (labels_.has_value) data.label_value = at::scalar_tensor(value_labels_[index], at::kFloat);

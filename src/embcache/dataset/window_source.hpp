@@ -30,6 +30,7 @@ struct LabelKinds {
   bool has_mask = false;
   std::int64_t ignore_index = -1;
   std::vector<std::string> class_names;  // class id -> name, when the dataset names its classes
+  bool has_pixel_value = false;           // a float32 target per pixel (NaN: no value)
 };
 
 struct WindowData {
@@ -37,6 +38,7 @@ struct WindowData {
   std::int64_t label_class = 0;
   at::Tensor label_value;  // float32 [] or [K]; undefined without value labels
   at::Tensor mask;         // int32 [H, W]; undefined without masks
+  at::Tensor pixel_value;  // float32 [H, W]; undefined without per-pixel values
 };
 
 class WindowSource {

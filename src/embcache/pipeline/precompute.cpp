@@ -108,6 +108,7 @@ struct CropItem {
   std::int64_t label_class = 0;
   at::Tensor label_value;
   at::Tensor mask;
+  at::Tensor pixel_value;
 };
 
 struct EncodedBatch {
@@ -124,6 +125,7 @@ std::uint64_t combine(std::uint64_t h, std::uint64_t v) {
 std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, const LabelKinds& kinds) {
   std::uint64_t h = pixel_hash(crop.pixels.data_ptr(), crop.pixels.nbytes());
   if (crop.mask.defined()) h = combine(h, pixel_hash(crop.mask.data_ptr(), crop.mask.nbytes()));
+  if (crop.pixel_value.defined()) h = combine(h, pixel_hash(crop.pixel_value.data_ptr(), crop.pixel_value.nbytes()));
   if (kinds.has_class) h = combine(h, pixel_hash(&window.label_class, sizeof window.label_class));
   if (kinds.has_value) {
     h = combine(h, pixel_hash(window.label_value.data_ptr(), window.label_value.nbytes()));
@@ -478,7 +480,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       auto t0 = Clock::now();
       const WindowInfo& info = windows[raw->index];
       for (const Bounds& bounds : crop_grid(info.bounds, opt.grid)) {
-        CropPixels crop = cut_crop(raw->data.pixels, raw->data.mask, info.bounds, bounds, cropper);
+        CropPixels crop = cut_crop(raw->data.pixels, raw->data.mask, info.bounds, bounds, cropper, raw->data.pixel_value);
         CropItem item;
         item.key = CropKey{info.group, info.name, bounds};
         item.hash = content_hash(crop, raw->data, labels);
@@ -495,6 +497,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         item.label_class = raw->data.label_class;
         item.label_value = raw->data.label_value;
         item.mask = crop.mask;
+        item.pixel_value = crop.pixel_value;
         prep_seconds += seconds_since(t0);
         if (!crop_queue.push(std::move(item))) return;
         t0 = Clock::now();  // time blocked in push is not busy time
@@ -644,7 +647,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         computed_bytes += std::int64_t(rows.levels.back().nbytes());
       }
       std::vector<std::int64_t> classes;
-      std::vector<at::Tensor> values, masks;
+      std::vector<at::Tensor> values, masks, pixel_values;
       for (auto& item : encoded->items) {
         rows.groups.push_back(item.key.group);
         rows.windows.push_back(item.key.window);
@@ -654,10 +657,12 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         if (labels.has_class) classes.push_back(item.label_class);
         if (labels.has_value) values.push_back(item.label_value);
         if (labels.has_mask) masks.push_back(item.mask);
+        if (labels.has_pixel_value) pixel_values.push_back(item.pixel_value);
       }
       if (labels.has_class) rows.label_class = at::tensor(classes, at::kLong);
       if (labels.has_value) rows.label_value = at::stack(values).contiguous();
       if (labels.has_mask) rows.label_mask = at::stack(masks).contiguous();
+      if (labels.has_pixel_value) rows.label_pixel_value = at::stack(pixel_values).contiguous();
       convert_seconds += seconds_since(t0);
       if (!row_queue.push(std::move(rows))) return;
     }

@@ -59,8 +59,9 @@ std::vector<Span> make_spans(const ProbeData& data, const SplitRows& split, std:
 at::Tensor read_column(const ProbeData& data, const FeedColumn& column, const Span& span,
                        std::int64_t* bytes_read) {
   const auto& cache = *data.caches()[span.cache];
-  at::Tensor block = column.level.empty() ? cache.read_masks(span.start, span.count)
-                                          : cache.read_level(data.level(column.level), span.start, span.count);
+  at::Tensor block = !column.level.empty() ? cache.read_level(data.level(column.level), span.start, span.count)
+                     : column.pixel_values ? cache.read_pixel_values(span.start, span.count)
+                                           : cache.read_masks(span.start, span.count);
   *bytes_read += std::int64_t(block.nbytes());
   if (std::int64_t(span.offsets.size()) != span.count) {
     block = block.index_select(0, at::tensor(span.offsets, at::kLong));
@@ -78,7 +79,10 @@ std::int64_t stored_row_bytes(const ProbeData& data, const FeedColumn& column) {
   return elems * std::int64_t(element_size(data.caches().front()->storage().dtype));
 }
 
-at::Tensor widen(const at::Tensor& t, bool is_mask) { return t.to(is_mask ? at::kLong : at::kFloat); }
+// Features and per-pixel values to float32, masks to int64 (class ids for the loss).
+at::Tensor widen(const at::Tensor& t, bool is_mask) {
+  return t.to(is_mask && !t.is_floating_point() ? at::kLong : at::kFloat);
+}
 
 }  // namespace
 
@@ -125,6 +129,7 @@ FeedColumn level_column(const ProbeData& data, const LevelSpec& level, bool pool
 
 FeedColumn mask_column(const ProbeData& data) {
   FeedColumn column;
+  column.pixel_values = data.pixel_values();
   column.row_shape = data.mask_shape();
   column.resident_row_bytes = 4 * column.row_shape.at(0) * column.row_shape.at(1);
   return column;
@@ -170,7 +175,7 @@ struct FeatureFeed::Impl {
     for (const auto& column : columns) {
       std::vector<std::int64_t> shape{n};
       shape.insert(shape.end(), column.row_shape.begin(), column.row_shape.end());
-      const auto dtype = column.level.empty() ? at::kInt
+      const auto dtype = column.level.empty() ? (column.pixel_values ? at::kFloat : at::kInt)
                          : column.pooled      ? at::kFloat
                                               : torch_type(data.caches().front()->storage().dtype);
       resident.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pin)));

@@ -22,8 +22,9 @@ const char* tier_name(FeedTier tier);
 // One tensor per batch row that the heads consume: a level (pooled to [C] when only pooled heads
 // read it, else [C, H, W] in the storage dtype) or the mask.
 struct FeedColumn {
-  std::string level;  // empty for the mask column
+  std::string level;  // empty for the dense-target column (mask, or per-pixel values)
   bool pooled = false;
+  bool pixel_values = false;  // the dense-target column holds /labels/pixel_value (float32)
   std::vector<std::int64_t> row_shape;  // as delivered to the heads
   std::int64_t resident_row_bytes = 0;  // as held in memory by the resident tiers
 };

@@ -105,8 +105,9 @@ void MetricAccumulator::add(const at::Tensor& outputs_any, const at::Tensor& tar
       break;
     }
     case ProbeTask::kPixelRegression: {
-      const at::Tensor valid = (target != ignore_).to(at::kDouble).unsqueeze(0);  // [1, B, h, w]
-      const at::Tensor t = target.to(at::kDouble).unsqueeze(0);
+      const at::Tensor valid_b = target.is_floating_point() ? at::isfinite(target) : target != ignore_;
+      const at::Tensor valid = valid_b.to(at::kDouble).unsqueeze(0);  // [1, B, h, w]
+      const at::Tensor t = at::where(valid_b, target.to(at::kDouble), at::zeros({}, at::kDouble)).unsqueeze(0);
       const at::Tensor e = (outputs.select(2, 0).to(at::kDouble) - t) * valid;
       const at::Tensor tv = t * valid;
       auto sum = [](const at::Tensor& x) { return x.sum({2, 3}); };

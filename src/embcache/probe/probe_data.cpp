@@ -96,10 +96,15 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
     throw InputError(first.path() + ": /labels/value is one number per row; " + what +
                      "a 0/1 vector per row ([N, K] labels)");
   }
-  if (is_dense(task) && !labels.has_mask) {
+  if (task == ProbeTask::kSegmentation && !labels.has_mask) {
     throw InputError(first.path() + ": the cache has no masks (/labels/mask); " + what +
-                     "them: precompute from a dataset with /masks");
+                     "them: precompute from a dataset with /masks (or an rslearn raster label layer)");
   }
+  if (task == ProbeTask::kPixelRegression && !labels.has_mask && !labels.has_pixel_value) {
+    throw InputError(first.path() + ": the cache has no per-pixel targets (/labels/pixel_value or /labels/mask); " + what +
+                     "them: precompute with a raster label layer");
+  }
+  pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
 
   // Splits.
   const std::string names[3] = {options.train_split, options.val_split, options.test_split};
@@ -140,7 +145,7 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
                      split_counts_text(counts) + "); name one with --val-split, or carve one from "
                      "train with --val-fraction 0.1");
   }
-  mask_shape_ = first.mask_shape();
+  mask_shape_ = pixel_values_ ? first.pixel_value_shape() : first.mask_shape();
   ignore_index_ = options.ignore_index != -1000000 ? options.ignore_index : labels.ignore_index;
   load_targets(options);
 }

@@ -49,6 +49,8 @@ class ProbeData {
   std::int64_t num_outputs() const { return num_outputs_; }  // classes, or regression width
   std::int64_t ignore_index() const { return ignore_index_; }
   std::vector<std::int64_t> mask_shape() const { return mask_shape_; }  // {h, w} for dense tasks
+  // pixel-regression targets come from /labels/pixel_value (float, NaN = none) rather than the mask.
+  bool pixel_values() const { return pixel_values_; }
   std::string describe_split_sizes() const;
 
  private:
@@ -63,6 +65,7 @@ class ProbeData {
   std::int64_t num_outputs_ = 0;
   std::int64_t ignore_index_ = -1;
   std::vector<std::int64_t> mask_shape_;
+  bool pixel_values_ = false;
 };
 
 }  // namespace embcache

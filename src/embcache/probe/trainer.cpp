@@ -114,9 +114,12 @@ at::Tensor member_losses(ProbeTask task, const at::Tensor& out, const FeedBatch&
       return loss.view({g, -1}).sum(1) / valid;
     }
     case ProbeTask::kPixelRegression: {
-      const at::Tensor mask = batch.columns.back();
-      const at::Tensor valid = (mask != ignore_index).to(at::kFloat).unsqueeze(0);
-      const at::Tensor err = (out.select(2, 0) - mask.to(at::kFloat).unsqueeze(0)).pow(2) * valid;
+      // Targets: per-pixel values (NaN = none) or mask values (the ignore index = none).
+      const at::Tensor target = batch.columns.back();
+      const at::Tensor valid_b = target.is_floating_point() ? at::isfinite(target) : target != ignore_index;
+      const at::Tensor valid = valid_b.to(at::kFloat).unsqueeze(0);
+      const at::Tensor values = at::where(valid_b, target.to(at::kFloat), at::zeros({}, out.options()));
+      const at::Tensor err = (out.select(2, 0) - values.unsqueeze(0)).pow(2) * valid;
       return err.view({g, -1}).sum(1) / valid.sum().clamp_min(1);
     }
   }

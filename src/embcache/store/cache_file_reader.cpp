@@ -175,6 +175,7 @@ RowBatch CacheFileReader::read_rows(std::int64_t start, std::int64_t count) cons
                   batch.label_value.data_ptr(), path_);
   }
   if (labels_.has_mask && count > 0) batch.label_mask = read_masks(start, count);
+  if (labels_.has_pixel_value && count > 0) batch.label_pixel_value = read_pixel_values(start, count);
   return batch;
 }
 
@@ -210,6 +211,22 @@ at::Tensor CacheFileReader::read_masks(std::int64_t start, std::int64_t count) c
   h5::Handle ds = h5::open_dataset(file_.get(), cache_paths::kLabelMask);
   h5::read_rows(ds.get(), H5T_NATIVE_INT32, hsize_t(start), hsize_t(count), t.data_ptr(),
                 path_ + ":/" + cache_paths::kLabelMask);
+  return t;
+}
+
+std::vector<std::int64_t> CacheFileReader::pixel_value_shape() const {
+  if (!labels_.has_pixel_value) return {};
+  const auto dims = h5::dataset_dims(h5::open_dataset(file_.get(), cache_paths::kLabelPixelValue).get(), path_);
+  return {std::int64_t(dims.at(1)), std::int64_t(dims.at(2))};
+}
+
+at::Tensor CacheFileReader::read_pixel_values(std::int64_t start, std::int64_t count) const {
+  const auto hw = pixel_value_shape();
+  at::Tensor t = at::empty({count, hw.at(0), hw.at(1)}, at::kFloat);
+  if (count == 0) return t;
+  h5::Handle ds = h5::open_dataset(file_.get(), cache_paths::kLabelPixelValue);
+  h5::read_rows(ds.get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(count), t.data_ptr(),
+                path_ + ":/" + cache_paths::kLabelPixelValue);
   return t;
 }
 

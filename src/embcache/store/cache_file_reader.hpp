@@ -40,6 +40,9 @@ class CacheFileReader {
   // Rows of /labels/mask as int32 [count, h, w]; mask_shape() is {h, w}, or {} without masks.
   at::Tensor read_masks(std::int64_t start, std::int64_t count) const;
   std::vector<std::int64_t> mask_shape() const;
+  // Rows of /labels/pixel_value as float32 [count, h, w] (NaN: no value); shape {h, w} or {}.
+  at::Tensor read_pixel_values(std::int64_t start, std::int64_t count) const;
+  std::vector<std::int64_t> pixel_value_shape() const;
   // Rows per chunk shared by the levels (docs/cache-format.md): reads aligned to it touch whole chunks.
   std::int64_t chunk_rows() const;
 

@@ -92,6 +92,20 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
   }
 }
 
+void CacheFileWriter::create_pixel_value_dataset(std::int64_t height, std::int64_t width) {
+  const std::vector<std::int64_t> row{height, width};
+  const auto chunk = capped(chunk_shape(row, 4));
+  std::vector<hsize_t> dims{0, hsize_t(height), hsize_t(width)};
+  std::vector<hsize_t> maxdims{H5S_UNLIMITED, hsize_t(height), hsize_t(width)};
+  h5::Handle space(H5Screate_simple(3, dims.data(), maxdims.data()), H5Sclose);
+  if (!h5::exists(file_.get(), "labels")) h5::create_group(file_.get(), "labels");
+  h5::Handle dcpl = feature_create_plist(chunk, StorageOptions{});
+  label_pixel_value_ = h5::Handle(h5::check(H5Dcreate2(file_.get(), cache_paths::kLabelPixelValue, H5T_IEEE_F32LE,
+                                                       space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                                            "cannot create dataset", path_ + ":/labels/pixel_value"),
+                                 H5Dclose);
+}
+
 h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
                                           std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
   std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{capped({chunk_rows})[0]};
@@ -181,6 +195,12 @@ void CacheFileWriter::append(const RowBatch& batch) {
     h5::append_rows(label_mask_.get(), H5T_NATIVE_INT32, n, batch.label_mask.data_ptr(),
                     path_ + ":/labels/mask");
   }
+  if (labels_.has_pixel_value) {
+    check_rows(batch.label_pixel_value, n, "labels/pixel_value");
+    if (!label_pixel_value_) create_pixel_value_dataset(batch.label_pixel_value.size(1), batch.label_pixel_value.size(2));
+    h5::append_rows(label_pixel_value_.get(), H5T_NATIVE_FLOAT, n, batch.label_pixel_value.data_ptr(),
+                    path_ + ":/labels/pixel_value");
+  }
   rows_ += std::int64_t(n);
 }
 
@@ -254,7 +274,7 @@ void CacheFileWriter::close() {
   h5::flush(file_.get(), path_);
   group_.reset(); window_.reset(); split_.reset(); bounds_.reset(); pixel_hash_.reset();
   level_datasets_.clear();
-  label_class_.reset(); label_value_.reset(); label_mask_.reset();
+  label_class_.reset(); label_value_.reset(); label_mask_.reset(); label_pixel_value_.reset();
   // Close explicitly to see the error (disk full shows up here as often as in writes).
   const herr_t status = H5Fclose(file_.release());
   h5::check_status(status, "cannot close", path_);

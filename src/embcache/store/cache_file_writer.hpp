@@ -50,6 +50,7 @@ class CacheFileWriter {
   h5::Handle create_column(const std::string& name, hid_t type, std::vector<hsize_t> row_shape,
                            hsize_t chunk_rows);
   void create_mask_dataset(std::int64_t height, std::int64_t width);
+  void create_pixel_value_dataset(std::int64_t height, std::int64_t width);
 
   std::string path_;
   std::vector<LevelSpec> levels_;
@@ -60,7 +61,7 @@ class CacheFileWriter {
   std::vector<h5::Handle> level_datasets_;
   std::vector<DirectLevel> direct_;
   hsize_t chunk_rows_ = 1;  // shared by every level: chunk k holds rows [k*R, (k+1)*R) everywhere
-  h5::Handle label_class_, label_value_, label_mask_;
+  h5::Handle label_class_, label_value_, label_mask_, label_pixel_value_;
   h5::Handle storage_type_;
   std::int64_t rows_ = 0;
   std::int64_t expected_rows_ = 0;

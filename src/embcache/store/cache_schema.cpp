@@ -33,6 +33,7 @@ nlohmann::json label_kinds_to_json(const LabelKinds& kinds) {
   if (kinds.has_class) j["class"] = true;
   if (kinds.has_value) j["value_width"] = kinds.value_width;
   if (kinds.has_mask) j["mask_ignore_index"] = kinds.ignore_index;
+  if (kinds.has_pixel_value) j["pixel_value"] = true;
   if (!kinds.class_names.empty()) j["class_names"] = kinds.class_names;
   return j;
 }
@@ -48,6 +49,7 @@ LabelKinds label_kinds_from_json(const nlohmann::json& j) {
     kinds.has_mask = true;
     kinds.ignore_index = j.at("mask_ignore_index").get<std::int64_t>();
   }
+  kinds.has_pixel_value = j.value("pixel_value", false);
   if (j.contains("class_names")) kinds.class_names = j.at("class_names").get<std::vector<std::string>>();
   return kinds;
 }

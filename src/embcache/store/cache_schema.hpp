@@ -24,6 +24,7 @@ constexpr const char* kLevels = "levels";
 constexpr const char* kLabelClass = "labels/class";
 constexpr const char* kLabelValue = "labels/value";
 constexpr const char* kLabelMask = "labels/mask";
+constexpr const char* kLabelPixelValue = "labels/pixel_value";
 }  // namespace cache_paths
 
 // One stored encoder output.

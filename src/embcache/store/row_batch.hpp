@@ -17,6 +17,7 @@ struct RowBatch {
   at::Tensor label_class;          // int64 [n]
   at::Tensor label_value;          // float32 [n] or [n, K]
   at::Tensor label_mask;           // int32 [n, h, w]
+  at::Tensor label_pixel_value;    // float32 [n, h, w]
   std::size_t size() const { return windows.size(); }
   std::int64_t feature_bytes() const {
     std::int64_t total = 0;
