@@ -48,6 +48,20 @@ expect_error 3 'output_dir: .*afile exists and is not a directory' "$EMBCACHE" r
 echo '{"version": 2, "output_dir": "x", "precompute": []}' >v2.json
 expect_error 3 'version: this embcache reads study version 1' "$EMBCACHE" run v2.json
 
+# start_then_signal CONFIG OUTPUT_DIR SIGNAL: runs the study in the background, sends SIGNAL once
+# the first pass is in the ledger, and prints the exit status.
+start_then_signal() {
+  "$EMBCACHE" run "$1" >"$1.log" 2>&1 &
+  local pid=$! rc=0
+  for _ in $(seq 1 600); do
+    [[ -f $2/ledger.jsonl ]] && [[ $(wc -l <"$2/ledger.jsonl") -ge 2 ]] && break
+    sleep 0.05
+  done
+  kill -"$3" $pid
+  wait $pid 2>/dev/null || rc=$?
+  echo $rc
+}
+
 # The study: a precompute and two probe groups (one fuses 6 runs, one uses zip).
 cat >study.json <<'JSON'
 {
@@ -103,14 +117,8 @@ grep -q "(8 finished, 2 to run in 1 train-probe pass)" run3.txt || fail "edited 
 
 # kill -9 in the middle of a study, rerun: finished runs are kept, the rest run, no duplicates.
 sed 's/"output_dir": "out"/"output_dir": "out-kill"/; s/"epochs": 4/"epochs": 40/' study.json >kill.json
-"$EMBCACHE" run kill.json >kill1.txt 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do
-  [[ -f out-kill/ledger.jsonl ]] && [[ $(wc -l <out-kill/ledger.jsonl) -ge 2 ]] && break
-  sleep 0.05
-done
-kill -9 $pid
-wait $pid 2>/dev/null || true
+rc=$(start_then_signal kill.json out-kill KILL)
+[[ $rc -eq 137 ]] || fail "kill -9: expected the study to die with 137, got $rc"
 done_before=$(($(wc -l <out-kill/ledger.jsonl) - 1))
 [[ $done_before -ge 1 && $done_before -lt 10 ]] || fail "kill -9 landed outside the study ($done_before runs finished)"
 "$EMBCACHE" run kill.json >kill2.txt
@@ -124,16 +132,8 @@ PY
 
 # Ctrl-C: exit 130, finished runs stay in the ledger, a rerun finishes the study.
 sed 's/"output_dir": "out"/"output_dir": "out-int"/; s/"epochs": 4/"epochs": 40/' study.json >int.json
-"$EMBCACHE" run int.json >int1.txt 2>&1 &
-pid=$!
-for _ in $(seq 1 600); do
-  [[ -f out-int/ledger.jsonl ]] && [[ $(wc -l <out-int/ledger.jsonl) -ge 2 ]] && break
-  sleep 0.05
-done
-kill -INT $pid
-rc=0
-wait $pid || rc=$?
-[[ $rc -eq 130 ]] || fail "Ctrl-C during a study: expected exit 130, got $rc ($(tail -2 int1.txt))"
+rc=$(start_then_signal int.json out-int INT)
+[[ $rc -eq 130 ]] || fail "Ctrl-C during a study: expected exit 130, got $rc"
 "$EMBCACHE" run int.json >int2.txt
 grep -q "finished, .* to run" int2.txt && [[ $(($(wc -l <out-int/results.csv) - 1)) -eq 10 ]] || fail "rerun after Ctrl-C: $(head -1 int2.txt)"
 echo "ok: Ctrl-C stops a study with exit 130; the rerun finishes it"

@@ -217,315 +217,346 @@ Json merged(const Json& defaults, const Json& entry) {
   return out;
 }
 
-}  // namespace
+// Parses one study file; every problem is collected in `problems_` and reported at the end.
+class StudyParser {
+ public:
+  explicit StudyParser(const std::string& path) : problems_{path, {}}, path_(path) {}
 
-Study load_study(const std::string& path) {
-  Problems problems{path, {}};
-  std::ifstream in(path, std::ios::binary);
-  if (!in) throw InputError(path + ": cannot read the study config (missing or not readable)");
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  Json root;
-  try {
-    root = Json::parse(text);
-  } catch (const nlohmann::json::parse_error& e) {
-    std::size_t line = 1, column = 1;
-    for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
-      if (text[i] == '\n') {
-        ++line;
-        column = 1;
-      } else {
-        ++column;
+  Study parse() {
+    root_ = parse_json();
+    study_.path = fs::absolute(path_).lexically_normal().string();
+    base_ = fs::path(study_.path).parent_path();
+    parse_header();
+    if (root_.contains("precompute") && !root_["precompute"].is_array()) problems_.add("precompute", "expected a list of entries");
+    if (root_.contains("precompute") && root_["precompute"].is_array()) {
+      for (std::size_t i = 0; i < root_["precompute"].size(); ++i) {
+        const std::string where = "precompute[" + std::to_string(i) + "]";
+        if (!root_["precompute"][i].is_object()) {
+          problems_.add(where, "expected an object");
+        } else {
+          parse_precompute(where, root_["precompute"][i]);
+        }
       }
     }
-    std::string reason = e.what();
-    const auto colon = reason.rfind(": ");
-    if (colon != std::string::npos) reason = reason.substr(colon + 2);
-    throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + reason);
+    if (root_.contains("probes") && !root_["probes"].is_array()) problems_.add("probes", "expected a list of entries");
+    if (root_.contains("probes") && root_["probes"].is_array()) {
+      for (std::size_t i = 0; i < root_["probes"].size(); ++i) {
+        const std::string where = "probes[" + std::to_string(i) + "]";
+        if (!root_["probes"][i].is_object()) {
+          problems_.add(where, "expected an object");
+        } else {
+          parse_probe(where, root_["probes"][i]);
+        }
+      }
+    }
+    report();
+    return std::move(study_);
   }
-  if (!root.is_object()) throw InputError(path + ": expected a JSON object at the top level");
 
-  Study study;
-  study.path = fs::absolute(path).lexically_normal().string();
-  const fs::path base = fs::path(study.path).parent_path();
-  for (const auto& [key, value] : root.items()) {
-    if (key != "version" && key != "output_dir" && key != "defaults" && key != "precompute" && key != "probes") {
-      problems.add("", unknown_key(key, {"version", "output_dir", "defaults", "precompute", "probes"}));
+ private:
+  Json parse_json() {
+    const std::string& path = path_;
+    std::ifstream in(path, std::ios::binary);
+    if (!in) throw InputError(path + ": cannot read the study config (missing or not readable)");
+    const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    Json root;
+    try {
+      root = Json::parse(text);
+    } catch (const nlohmann::json::parse_error& e) {
+      std::size_t line = 1, column = 1;
+      for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
+        if (text[i] == '\n') {
+          ++line;
+          column = 1;
+        } else {
+          ++column;
+        }
+      }
+      std::string reason = e.what();
+      const auto colon = reason.rfind(": ");
+      if (colon != std::string::npos) reason = reason.substr(colon + 2);
+      throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + reason);
     }
+    if (!root.is_object()) throw InputError(path + ": expected a JSON object at the top level");
+    return root;
   }
-  if (!root.contains("version")) {
-    problems.add("version", "missing; write \"version\": 1");
-  } else if (!root["version"].is_number_integer() || root["version"].get<int>() != kStudyVersion) {
-    problems.add("version", "this embcache reads study version 1, got " + describe(root["version"]));
-  }
-  if (!root.contains("output_dir") || !root["output_dir"].is_string() || root["output_dir"].get<std::string>().empty()) {
-    problems.add("output_dir", "missing or not a string; name the directory for caches, runs and results");
-  } else {
-    study.output_dir = absolute(base, root["output_dir"].get<std::string>());
-    if (fs::exists(study.output_dir) && !fs::is_directory(study.output_dir)) {
-      problems.add("output_dir", study.output_dir + " exists and is not a directory; choose another output_dir");
+
+  // version, output_dir, defaults, and unknown top-level keys.
+  void parse_header() {
+    for (const auto& [key, value] : root_.items()) {
+      if (key != "version" && key != "output_dir" && key != "defaults" && key != "precompute" && key != "probes") {
+        problems_.add("", unknown_key(key, {"version", "output_dir", "defaults", "precompute", "probes"}));
+      }
     }
-  }
-  Json defaults_pre = Json::object(), defaults_probe = Json::object();
-  if (root.contains("defaults")) {
-    const Json& d = root["defaults"];
-    if (!d.is_object()) {
-      problems.add("defaults", "expected an object with \"precompute\" and/or \"probe\"");
+    if (!root_.contains("version")) {
+      problems_.add("version", "missing; write \"version\": 1");
+    } else if (!root_["version"].is_number_integer() || root_["version"].get<int>() != kStudyVersion) {
+      problems_.add("version", "this embcache reads study version 1, got " + describe(root_["version"]));
+    }
+    if (!root_.contains("output_dir") || !root_["output_dir"].is_string() || root_["output_dir"].get<std::string>().empty()) {
+      problems_.add("output_dir", "missing or not a string; name the directory for caches, runs and results");
     } else {
-      for (const auto& [key, value] : d.items()) {
-        if (key == "precompute" && value.is_object()) defaults_pre = value;
-        else if (key == "probe" && value.is_object()) defaults_probe = value;
-        else if (key == "precompute" || key == "probe") problems.add("defaults." + key, "expected an object");
-        else problems.add("defaults", unknown_key(key, {"precompute", "probe"}));
+      study_.output_dir = absolute(base_, root_["output_dir"].get<std::string>());
+      if (fs::exists(study_.output_dir) && !fs::is_directory(study_.output_dir)) {
+        problems_.add("output_dir", study_.output_dir + " exists and is not a directory; choose another output_dir");
       }
     }
+        if (root_.contains("defaults")) {
+      const Json& d = root_["defaults"];
+      if (!d.is_object()) {
+        problems_.add("defaults", "expected an object with \"precompute\" and/or \"probe\"");
+      } else {
+        for (const auto& [key, value] : d.items()) {
+          if (key == "precompute" && value.is_object()) defaults_pre = value;
+          else if (key == "probe" && value.is_object()) defaults_probe = value;
+          else if (key == "precompute" || key == "probe") problems_.add("defaults." + key, "expected an object");
+          else problems_.add("defaults", unknown_key(key, {"precompute", "probe"}));
+        }
+      }
+    }
+
   }
 
-  std::set<std::string> names;
-  auto check_name = [&](const Json& entry, const std::string& where) -> std::string {
+  std::string check_name(const Json& entry, const std::string& where) {
     if (!entry.contains("name") || !entry["name"].is_string() || entry["name"].get<std::string>().empty()) {
-      problems.add(where + ".name", "missing; every entry needs a unique name");
+      problems_.add(where + ".name", "missing; every entry needs a unique name");
       return "";
     }
     const std::string name = entry["name"].get<std::string>();
-    if (name.find_first_of("/\\") != std::string::npos) problems.add(where + ".name", "\"" + name + "\" must not contain / or \\");
-    if (!names.insert(name).second) problems.add(where + ".name", "duplicate name \"" + name + "\"; names must be unique");
+    if (name.find_first_of("/\\") != std::string::npos) problems_.add(where + ".name", "\"" + name + "\" must not contain / or \\");
+    if (!names_.insert(name).second) problems_.add(where + ".name", "duplicate name \"" + name + "\"; names must be unique");
     return name;
-  };
+  }
 
-  // Precompute entries.
+  void parse_precompute(const std::string& where, const Json& raw) {
+    const auto& pre_fields = precompute_fields();
+    const auto pre_keys = json_keys(pre_fields, {"name"});
+    PrecomputeEntry entry;
+    entry.name = check_name(raw, where);
+    const Json e = merged(defaults_pre, raw);
+    for (const auto& [key, value] : e.items()) {
+      if (key == "name") continue;
+      const auto* field = find_field(pre_fields, key);
+      const std::string at = (raw.contains(key) ? where : "defaults.precompute") + "." + key;
+      if (!field) {
+        problems_.add(at, unknown_key(key, pre_keys));
+        continue;
+      }
+      if (is_grid_value(*field, value)) {
+        problems_.add(at, "a list here would mean several caches; write one precompute entry per cache");
+        continue;
+      }
+      if (assign(*field, value, entry.options, at, problems_) && field->path) {
+        std::string& p = entry.options.*std::get<std::string PrecomputeOptions::*>(field->member);
+        p = absolute(base_, p);
+      }
+    }
+    entry.options.quiet = false;
+    for (const char* required : {"encoder", "dataset"}) {
+      if (!e.contains(required)) problems_.add(where + "." + required, "missing");
+    }
+    if (!entry.options.encoder.empty() && !fs::is_regular_file(entry.options.encoder)) {
+      problems_.add(where + ".encoder", entry.options.encoder + " does not exist");
+    }
+    if (!entry.options.dataset.empty() && !fs::exists(entry.options.dataset)) {
+      problems_.add(where + ".dataset", entry.options.dataset + " does not exist");
+    }
+    if (entry.options.out.empty() && !entry.name.empty() && !study_.output_dir.empty()) {
+      entry.options.out = study_.output_dir + "/caches/" + entry.name + ".h5";
+    }
+    Json identity = Json::object();
+    for (const auto& field : pre_fields) {
+      if (!field.in_json || field.name == "summary-json") continue;
+      std::visit([&](auto m) { identity[field.json_key()] = entry.options.*m; }, field.member);
+    }
+    entry_identity[entry.name] = identity.dump();
+    entry_index[entry.name] = study_.precomputes.size();
+    study_.precomputes.push_back(std::move(entry));
+  }
+
+  // One probe entry: its grid axes, then one ProbeRun per point of the grid.
+  void parse_probe(const std::string& where, const Json& raw) {
+    const auto& probe_fields_ = probe_fields();
+    const auto probe_keys = json_keys(probe_fields_, {"name", "cache", "zip"});
+    const std::string group = check_name(raw, where);
+    const Json e = merged(defaults_probe, raw);
+    const std::size_t problems_before = problems_.lines.size();
+    // Axes: fields whose value is a grid, in the entry's key order; "zip" ties some together.
+    std::vector<std::string> zip;
+    if (e.contains("zip")) {
+      if (!e["zip"].is_array()) problems_.add(where + ".zip", "expected a list of field names");
+      else {
+        for (const auto& z : e["zip"]) {
+          if (!z.is_string() || !e.contains(z.get<std::string>())) {
+            problems_.add(where + ".zip", "names " + describe(z) + ", which is not a field of this entry");
+          } else {
+            zip.push_back(z.get<std::string>());
+          }
+        }
+      }
+    }
+    if (!e.contains("cache")) problems_.add(where + ".cache", "missing; name a precompute entry or a cache file");
+    for (const char* required : {"task", "levels"}) {
+      if (!e.contains(required)) problems_.add(where + "." + required, "missing");
+    }
+    struct Axis {
+      std::vector<std::string> keys;
+      std::size_t size = 0;
+    };
+    std::vector<Axis> axes;
+    Axis zipped;
+    for (const auto& [key, value] : e.items()) {
+      if (key == "name" || key == "zip") continue;
+      const std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
+      const auto* field = find_field(probe_fields_, key);
+      if (key != "cache" && !field) {
+        problems_.add(at, unknown_key(key, probe_keys));
+        continue;
+      }
+      const bool grid = key == "cache" ? value.is_array() : is_grid_value(*field, value);
+      const bool in_zip = std::find(zip.begin(), zip.end(), key) != zip.end();
+      if (in_zip && !grid) {
+        problems_.add(at, "is in \"zip\" but is not a list of values");
+        continue;
+      }
+      if (!grid) continue;
+      if (value.empty()) {
+        problems_.add(at, "empty list: no runs");
+        continue;
+      }
+      if (in_zip) {
+        if (zipped.size && zipped.size != value.size()) {
+          problems_.add(at, "has " + std::to_string(value.size()) + " values but the other \"zip\" fields have " +
+                               std::to_string(zipped.size) + "; zipped fields vary together and need equal lengths");
+        }
+        zipped.keys.push_back(key);
+        zipped.size = value.size();
+      } else {
+        axes.push_back({{key}, value.size()});
+      }
+    }
+    if (!zipped.keys.empty()) axes.push_back(zipped);
+    // Cache references, checked for every listed value before any run is built.
+    if (e.contains("cache")) {
+      const Json caches = e["cache"].is_array() ? e["cache"] : Json::array({e["cache"]});
+      for (std::size_t k = 0; k < caches.size(); ++k) {
+        const std::string at = (raw.contains("cache") ? where : "defaults.probe") + ".cache" +
+                               (e["cache"].is_array() ? "[" + std::to_string(k) + "]" : "");
+        if (!caches[k].is_string()) {
+          problems_.add(at, "expected a precompute entry name or a path, got " + describe(caches[k]));
+          continue;
+        }
+        const std::string ref = caches[k].get<std::string>();
+        if (entry_index.count(ref) || fs::is_regular_file(absolute(base_, ref))) continue;
+        std::string entries;
+        for (const auto& p : study_.precomputes) entries += (entries.empty() ? "" : ", ") + p.name;
+        problems_.add(at, "\"" + ref + "\" is neither a precompute entry (" +
+                             (entries.empty() ? "there are none" : "entries: " + entries) + ") nor an existing cache file");
+      }
+    }
+    if (problems_.lines.size() > problems_before) return;
+
+    std::size_t total = 1;
+    for (const auto& a : axes) total *= a.size;
+    if (total > 100000) {
+      problems_.add(where, "expands into " + std::to_string(total) + " runs; that is surely a mistake");
+      return;
+    }
+    study_.groups.push_back(group);
+    for (std::size_t r = 0; r < total; ++r) {
+      // This run's values: each axis picks one index.
+      Json values = e;
+      values.erase("name");
+      values.erase("zip");
+      ProbeRun run;
+      run.group = group;
+      run.varying = nlohmann::json::object();
+      std::size_t rest = r;
+      std::vector<std::size_t> picks(axes.size());
+      for (std::size_t a = axes.size(); a-- > 0;) {
+        picks[a] = rest % axes[a].size;
+        rest /= axes[a].size;
+      }
+      std::string label;
+      for (std::size_t a = 0; a < axes.size(); ++a) {
+        for (const auto& key : axes[a].keys) {
+          const Json picked = e[key][picks[a]];
+          values[key] = picked;
+          run.varying[key] = nlohmann::json::parse(picked.dump());
+          label += (label.empty() ? "" : ",") + key + "=" + value_label(picked);
+        }
+      }
+      run.name = group + (label.empty() ? "" : "/" + label);
+      const std::string run_where = where + (label.empty() ? "" : " (" + label + ")");
+      bool ok = true;
+      for (const auto& [key, value] : values.items()) {
+        if (key == "cache") continue;
+        std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
+        if (run.varying.contains(key)) {  // name the list element in errors
+          for (std::size_t k = 0; k < e[key].size(); ++k) {
+            if (e[key][k] == value) {
+              at += "[" + std::to_string(k) + "]";
+              break;
+            }
+          }
+        }
+        ok = assign(*find_field(probe_fields_, key), value, run.options, at, problems_) && ok;
+      }
+      // The cache: a precompute entry, or a file (both checked above).
+      std::string cache_identity;
+      const std::string ref = values["cache"].get<std::string>();
+      if (entry_index.count(ref)) {
+        run.cache_entry = ref;
+        run.options.caches = {study_.precomputes[entry_index[ref]].options.out};
+        cache_identity = entry_identity[ref];
+      } else {
+        run.options.caches = {absolute(base_, ref)};
+        cache_identity = run.options.caches.front();
+      }
+      if (!ok) break;  // one report per entry is enough; the same mistake repeats in every run
+      try {
+        check_probe_options(run.options);
+      } catch (const Error& err) {
+        problems_.add(run_where, err.what());
+        break;
+      }
+      nlohmann::json identity = probe_options_to_json(run.options);
+      identity.erase("out");
+      identity.erase("quiet");
+      identity["cache_identity"] = cache_identity;
+      run.id = sha256_hex(identity.dump()).substr(0, 12);
+      run.options.quiet = true;
+      run.options.out = study_.output_dir + "/runs/" + slug(group) + "/" + (label.empty() ? "run" : slug(label)) + "-" + run.id;
+      study_.runs.push_back(std::move(run));
+    }
+  }
+
+  void report() {
+    if (study_.precomputes.empty() && study_.runs.empty() && problems_.lines.empty()) {
+      problems_.add("", "nothing to run: add \"precompute\" or \"probes\" entries");
+    }
+    if (problems_.lines.size() == 1) throw InputError(problems_.lines.front());
+    if (!problems_.lines.empty()) {
+      std::string message = std::to_string(problems_.lines.size()) + " problem" + (problems_.lines.size() == 1 ? "" : "s") +
+                            " in " + path_ + "; nothing was run";
+      for (const auto& line : problems_.lines) message += "\n  " + line;
+      throw InputError(message);
+    }
+  }
+
+  Problems problems_;
+  std::string path_;
+  Json root_;
+  Study study_;
+  fs::path base_;
+  Json defaults_pre = Json::object(), defaults_probe = Json::object();
+  std::set<std::string> names_;
   std::map<std::string, std::size_t> entry_index;
   std::map<std::string, std::string> entry_identity;  // name -> JSON of its resolved options
-  const auto& pre_fields = precompute_fields();
-  const auto pre_keys = json_keys(pre_fields, {"name"});
-  if (root.contains("precompute") && !root["precompute"].is_array()) problems.add("precompute", "expected a list of entries");
-  if (root.contains("precompute") && root["precompute"].is_array()) {
-    for (std::size_t i = 0; i < root["precompute"].size(); ++i) {
-      const std::string where = "precompute[" + std::to_string(i) + "]";
-      const Json& raw = root["precompute"][i];
-      if (!raw.is_object()) {
-        problems.add(where, "expected an object");
-        continue;
-      }
-      PrecomputeEntry entry;
-      entry.name = check_name(raw, where);
-      const Json e = merged(defaults_pre, raw);
-      for (const auto& [key, value] : e.items()) {
-        if (key == "name") continue;
-        const auto* field = find_field(pre_fields, key);
-        const std::string at = (raw.contains(key) ? where : "defaults.precompute") + "." + key;
-        if (!field) {
-          problems.add(at, unknown_key(key, pre_keys));
-          continue;
-        }
-        if (is_grid_value(*field, value)) {
-          problems.add(at, "a list here would mean several caches; write one precompute entry per cache");
-          continue;
-        }
-        if (assign(*field, value, entry.options, at, problems) && field->path) {
-          std::string& p = entry.options.*std::get<std::string PrecomputeOptions::*>(field->member);
-          p = absolute(base, p);
-        }
-      }
-      entry.options.quiet = false;
-      for (const char* required : {"encoder", "dataset"}) {
-        if (!e.contains(required)) problems.add(where + "." + required, "missing");
-      }
-      if (!entry.options.encoder.empty() && !fs::is_regular_file(entry.options.encoder)) {
-        problems.add(where + ".encoder", entry.options.encoder + " does not exist");
-      }
-      if (!entry.options.dataset.empty() && !fs::exists(entry.options.dataset)) {
-        problems.add(where + ".dataset", entry.options.dataset + " does not exist");
-      }
-      if (entry.options.out.empty() && !entry.name.empty() && !study.output_dir.empty()) {
-        entry.options.out = study.output_dir + "/caches/" + entry.name + ".h5";
-      }
-      Json identity = Json::object();
-      for (const auto& field : pre_fields) {
-        if (!field.in_json || field.name == "summary-json") continue;
-        std::visit([&](auto m) { identity[field.json_key()] = entry.options.*m; }, field.member);
-      }
-      entry_identity[entry.name] = identity.dump();
-      entry_index[entry.name] = study.precomputes.size();
-      study.precomputes.push_back(std::move(entry));
-    }
-  }
+};
 
-  // Probe entries, expanded into runs.
-  const auto& probe_fields_ = probe_fields();
-  const auto probe_keys = json_keys(probe_fields_, {"name", "cache", "zip"});
-  if (root.contains("probes") && !root["probes"].is_array()) problems.add("probes", "expected a list of entries");
-  if (root.contains("probes") && root["probes"].is_array()) {
-    for (std::size_t i = 0; i < root["probes"].size(); ++i) {
-      const std::string where = "probes[" + std::to_string(i) + "]";
-      const Json& raw = root["probes"][i];
-      if (!raw.is_object()) {
-        problems.add(where, "expected an object");
-        continue;
-      }
-      const std::string group = check_name(raw, where);
-      const Json e = merged(defaults_probe, raw);
-      const std::size_t problems_before = problems.lines.size();
-      // Axes: fields whose value is a grid, in the entry's key order; "zip" ties some together.
-      std::vector<std::string> zip;
-      if (e.contains("zip")) {
-        if (!e["zip"].is_array()) problems.add(where + ".zip", "expected a list of field names");
-        else {
-          for (const auto& z : e["zip"]) {
-            if (!z.is_string() || !e.contains(z.get<std::string>())) {
-              problems.add(where + ".zip", "names " + describe(z) + ", which is not a field of this entry");
-            } else {
-              zip.push_back(z.get<std::string>());
-            }
-          }
-        }
-      }
-      if (!e.contains("cache")) problems.add(where + ".cache", "missing; name a precompute entry or a cache file");
-      for (const char* required : {"task", "levels"}) {
-        if (!e.contains(required)) problems.add(where + "." + required, "missing");
-      }
-      struct Axis {
-        std::vector<std::string> keys;
-        std::size_t size = 0;
-      };
-      std::vector<Axis> axes;
-      Axis zipped;
-      for (const auto& [key, value] : e.items()) {
-        if (key == "name" || key == "zip") continue;
-        const std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
-        const auto* field = find_field(probe_fields_, key);
-        if (key != "cache" && !field) {
-          problems.add(at, unknown_key(key, probe_keys));
-          continue;
-        }
-        const bool grid = key == "cache" ? value.is_array() : is_grid_value(*field, value);
-        const bool in_zip = std::find(zip.begin(), zip.end(), key) != zip.end();
-        if (in_zip && !grid) {
-          problems.add(at, "is in \"zip\" but is not a list of values");
-          continue;
-        }
-        if (!grid) continue;
-        if (value.empty()) {
-          problems.add(at, "empty list: no runs");
-          continue;
-        }
-        if (in_zip) {
-          if (zipped.size && zipped.size != value.size()) {
-            problems.add(at, "has " + std::to_string(value.size()) + " values but the other \"zip\" fields have " +
-                                 std::to_string(zipped.size) + "; zipped fields vary together and need equal lengths");
-          }
-          zipped.keys.push_back(key);
-          zipped.size = value.size();
-        } else {
-          axes.push_back({{key}, value.size()});
-        }
-      }
-      if (!zipped.keys.empty()) axes.push_back(zipped);
-      // Cache references, checked for every listed value before any run is built.
-      if (e.contains("cache")) {
-        const Json caches = e["cache"].is_array() ? e["cache"] : Json::array({e["cache"]});
-        for (std::size_t k = 0; k < caches.size(); ++k) {
-          const std::string at = (raw.contains("cache") ? where : "defaults.probe") + ".cache" +
-                                 (e["cache"].is_array() ? "[" + std::to_string(k) + "]" : "");
-          if (!caches[k].is_string()) {
-            problems.add(at, "expected a precompute entry name or a path, got " + describe(caches[k]));
-            continue;
-          }
-          const std::string ref = caches[k].get<std::string>();
-          if (entry_index.count(ref) || fs::is_regular_file(absolute(base, ref))) continue;
-          std::string entries;
-          for (const auto& p : study.precomputes) entries += (entries.empty() ? "" : ", ") + p.name;
-          problems.add(at, "\"" + ref + "\" is neither a precompute entry (" +
-                               (entries.empty() ? "there are none" : "entries: " + entries) + ") nor an existing cache file");
-        }
-      }
-      if (problems.lines.size() > problems_before) continue;
+}  // namespace
 
-      std::size_t total = 1;
-      for (const auto& a : axes) total *= a.size;
-      if (total > 100000) {
-        problems.add(where, "expands into " + std::to_string(total) + " runs; that is surely a mistake");
-        continue;
-      }
-      study.groups.push_back(group);
-      for (std::size_t r = 0; r < total; ++r) {
-        // This run's values: each axis picks one index.
-        Json values = e;
-        values.erase("name");
-        values.erase("zip");
-        ProbeRun run;
-        run.group = group;
-        run.varying = nlohmann::json::object();
-        std::size_t rest = r;
-        std::vector<std::size_t> picks(axes.size());
-        for (std::size_t a = axes.size(); a-- > 0;) {
-          picks[a] = rest % axes[a].size;
-          rest /= axes[a].size;
-        }
-        std::string label;
-        for (std::size_t a = 0; a < axes.size(); ++a) {
-          for (const auto& key : axes[a].keys) {
-            const Json picked = e[key][picks[a]];
-            values[key] = picked;
-            run.varying[key] = nlohmann::json::parse(picked.dump());
-            label += (label.empty() ? "" : ",") + key + "=" + value_label(picked);
-          }
-        }
-        run.name = group + (label.empty() ? "" : "/" + label);
-        const std::string run_where = where + (label.empty() ? "" : " (" + label + ")");
-        bool ok = true;
-        for (const auto& [key, value] : values.items()) {
-          if (key == "cache") continue;
-          std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
-          if (run.varying.contains(key)) {  // name the list element in errors
-            for (std::size_t k = 0; k < e[key].size(); ++k) {
-              if (e[key][k] == value) {
-                at += "[" + std::to_string(k) + "]";
-                break;
-              }
-            }
-          }
-          ok = assign(*find_field(probe_fields_, key), value, run.options, at, problems) && ok;
-        }
-        // The cache: a precompute entry, or a file (both checked above).
-        std::string cache_identity;
-        const std::string ref = values["cache"].get<std::string>();
-        if (entry_index.count(ref)) {
-          run.cache_entry = ref;
-          run.options.caches = {study.precomputes[entry_index[ref]].options.out};
-          cache_identity = entry_identity[ref];
-        } else {
-          run.options.caches = {absolute(base, ref)};
-          cache_identity = run.options.caches.front();
-        }
-        if (!ok) break;  // one report per entry is enough; the same mistake repeats in every run
-        try {
-          check_probe_options(run.options);
-        } catch (const Error& err) {
-          problems.add(run_where, err.what());
-          break;
-        }
-        nlohmann::json identity = probe_options_to_json(run.options);
-        identity.erase("out");
-        identity.erase("quiet");
-        identity["cache_identity"] = cache_identity;
-        run.id = sha256_hex(identity.dump()).substr(0, 12);
-        run.options.quiet = true;
-        run.options.out = study.output_dir + "/runs/" + slug(group) + "/" + (label.empty() ? "run" : slug(label)) + "-" + run.id;
-        study.runs.push_back(std::move(run));
-      }
-    }
-  }
-  if (study.precomputes.empty() && study.runs.empty() && problems.lines.empty()) {
-    problems.add("", "nothing to run: add \"precompute\" or \"probes\" entries");
-  }
-  if (problems.lines.size() == 1) throw InputError(problems.lines.front());
-  if (!problems.lines.empty()) {
-    std::string message = std::to_string(problems.lines.size()) + " problem" + (problems.lines.size() == 1 ? "" : "s") +
-                          " in " + path + "; nothing was run";
-    for (const auto& line : problems.lines) message += "\n  " + line;
-    throw InputError(message);
-  }
-  return study;
-}
+Study load_study(const std::string& path) { return StudyParser(path).parse(); }
 
 }  // namespace embcache

@@ -37,4 +37,19 @@ struct OptionField {
   }
 };
 
+// Builds a field table in --help order: t.add(...) returns the new field for its flags.
+template <class T>
+class OptionTable {
+ public:
+  OptionField<T>& add(const char* name, const char* help, typename OptionField<T>::Member member) {
+    fields_.push_back(OptionField<T>{name, help, member});
+    return fields_.back();
+  }
+  OptionField<T>& last() { return fields_.back(); }
+  std::vector<OptionField<T>> take() { return std::move(fields_); }
+
+ private:
+  std::vector<OptionField<T>> fields_;
+};
+
 }  // namespace embcache

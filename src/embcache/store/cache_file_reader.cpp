@@ -198,36 +198,35 @@ at::Tensor CacheFileReader::read_level(const LevelSpec& level, std::int64_t star
   return t;
 }
 
-std::vector<std::int64_t> CacheFileReader::mask_shape() const {
-  if (!labels_.has_mask) return {};
-  const auto dims = h5::dataset_dims(h5::open_dataset(file_.get(), cache_paths::kLabelMask).get(), path_);
+std::vector<std::int64_t> CacheFileReader::dense_shape(const char* name) const {
+  const auto dims = h5::dataset_dims(h5::open_dataset(file_.get(), name).get(), path_ + ":/" + name);
   return {std::int64_t(dims.at(1)), std::int64_t(dims.at(2))};
+}
+
+at::Tensor CacheFileReader::read_dense(const char* name, hid_t mem_type, at::ScalarType dtype, std::int64_t start,
+                                       std::int64_t count) const {
+  const auto hw = dense_shape(name);
+  at::Tensor t = at::empty({count, hw.at(0), hw.at(1)}, dtype);
+  if (count == 0) return t;
+  h5::read_rows(h5::open_dataset(file_.get(), name).get(), mem_type, hsize_t(start), hsize_t(count), t.data_ptr(),
+                path_ + ":/" + name);
+  return t;
+}
+
+std::vector<std::int64_t> CacheFileReader::mask_shape() const {
+  return labels_.has_mask ? dense_shape(cache_paths::kLabelMask) : std::vector<std::int64_t>{};
 }
 
 at::Tensor CacheFileReader::read_masks(std::int64_t start, std::int64_t count) const {
-  const auto hw = mask_shape();
-  at::Tensor t = at::empty({count, hw.at(0), hw.at(1)}, at::kInt);
-  if (count == 0) return t;
-  h5::Handle ds = h5::open_dataset(file_.get(), cache_paths::kLabelMask);
-  h5::read_rows(ds.get(), H5T_NATIVE_INT32, hsize_t(start), hsize_t(count), t.data_ptr(),
-                path_ + ":/" + cache_paths::kLabelMask);
-  return t;
+  return read_dense(cache_paths::kLabelMask, H5T_NATIVE_INT32, at::kInt, start, count);
 }
 
 std::vector<std::int64_t> CacheFileReader::pixel_value_shape() const {
-  if (!labels_.has_pixel_value) return {};
-  const auto dims = h5::dataset_dims(h5::open_dataset(file_.get(), cache_paths::kLabelPixelValue).get(), path_);
-  return {std::int64_t(dims.at(1)), std::int64_t(dims.at(2))};
+  return labels_.has_pixel_value ? dense_shape(cache_paths::kLabelPixelValue) : std::vector<std::int64_t>{};
 }
 
 at::Tensor CacheFileReader::read_pixel_values(std::int64_t start, std::int64_t count) const {
-  const auto hw = pixel_value_shape();
-  at::Tensor t = at::empty({count, hw.at(0), hw.at(1)}, at::kFloat);
-  if (count == 0) return t;
-  h5::Handle ds = h5::open_dataset(file_.get(), cache_paths::kLabelPixelValue);
-  h5::read_rows(ds.get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(count), t.data_ptr(),
-                path_ + ":/" + cache_paths::kLabelPixelValue);
-  return t;
+  return read_dense(cache_paths::kLabelPixelValue, H5T_NATIVE_FLOAT, at::kFloat, start, count);
 }
 
 std::int64_t CacheFileReader::chunk_rows() const {

@@ -47,6 +47,9 @@ class CacheFileReader {
   std::int64_t chunk_rows() const;
 
  private:
+  std::vector<std::int64_t> dense_shape(const char* name) const;
+  at::Tensor read_dense(const char* name, hid_t mem_type, at::ScalarType dtype, std::int64_t start, std::int64_t count) const;
+
   std::string path_;
   h5::Handle file_;
   Signature signature_;

@@ -92,20 +92,6 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
   }
 }
 
-void CacheFileWriter::create_pixel_value_dataset(std::int64_t height, std::int64_t width) {
-  const std::vector<std::int64_t> row{height, width};
-  const auto chunk = capped(chunk_shape(row, 4));
-  std::vector<hsize_t> dims{0, hsize_t(height), hsize_t(width)};
-  std::vector<hsize_t> maxdims{H5S_UNLIMITED, hsize_t(height), hsize_t(width)};
-  h5::Handle space(H5Screate_simple(3, dims.data(), maxdims.data()), H5Sclose);
-  if (!h5::exists(file_.get(), "labels")) h5::create_group(file_.get(), "labels");
-  h5::Handle dcpl = feature_create_plist(chunk, StorageOptions{});
-  label_pixel_value_ = h5::Handle(h5::check(H5Dcreate2(file_.get(), cache_paths::kLabelPixelValue, H5T_IEEE_F32LE,
-                                                       space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                                            "cannot create dataset", path_ + ":/labels/pixel_value"),
-                                 H5Dclose);
-}
-
 h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
                                           std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
   std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{capped({chunk_rows})[0]};
@@ -133,22 +119,30 @@ std::vector<hsize_t> CacheFileWriter::capped(std::vector<hsize_t> chunk) const {
   return chunk;
 }
 
-void CacheFileWriter::create_mask_dataset(std::int64_t height, std::int64_t width) {
-  const std::vector<std::int64_t> row{height, width};
-  const auto chunk = capped(chunk_shape(row, 4));
+// A per-pixel label dataset [N, h, w] under /labels (created here when the dataset has no
+// image-level labels).
+h5::Handle CacheFileWriter::create_dense_label_dataset(const char* name, hid_t type, std::int64_t height,
+                                                       std::int64_t width, const StorageOptions& storage) {
+  const auto chunk = capped(chunk_shape({height, width}, 4));
   std::vector<hsize_t> dims{0, hsize_t(height), hsize_t(width)};
   std::vector<hsize_t> maxdims{H5S_UNLIMITED, hsize_t(height), hsize_t(width)};
   h5::Handle space(H5Screate_simple(3, dims.data(), maxdims.data()), H5Sclose);
-  // A dataset with masks but no image-level labels has no /labels group yet.
   if (!h5::exists(file_.get(), "labels")) h5::create_group(file_.get(), "labels");
+  h5::Handle dcpl = feature_create_plist(chunk, storage);
+  return h5::Handle(h5::check(H5Dcreate2(file_.get(), name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                              "cannot create dataset", path_ + ":/" + name),
+                    H5Dclose);
+}
+
+void CacheFileWriter::create_mask_dataset(std::int64_t height, std::int64_t width) {
   StorageOptions masks;  // masks are small integers: gzip shrinks them several-fold at no risk
   masks.compression.kind = Compression::Kind::kGzip;
-  h5::Handle dcpl = feature_create_plist(chunk, masks);
-  label_mask_ = h5::Handle(h5::check(H5Dcreate2(file_.get(), cache_paths::kLabelMask, H5T_STD_I32LE,
-                                                space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                                     "cannot create dataset", path_ + ":/labels/mask"),
-                           H5Dclose);
+  label_mask_ = create_dense_label_dataset(cache_paths::kLabelMask, H5T_STD_I32LE, height, width, masks);
   h5::write_attr(label_mask_.get(), "ignore_index", labels_.ignore_index);
+}
+
+void CacheFileWriter::create_pixel_value_dataset(std::int64_t height, std::int64_t width) {
+  label_pixel_value_ = create_dense_label_dataset(cache_paths::kLabelPixelValue, H5T_IEEE_F32LE, height, width, StorageOptions{});
 }
 
 void CacheFileWriter::append(const RowBatch& batch) {

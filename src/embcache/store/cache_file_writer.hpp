@@ -49,6 +49,8 @@ class CacheFileWriter {
   void flush_pending_rows(std::size_t level);
   h5::Handle create_column(const std::string& name, hid_t type, std::vector<hsize_t> row_shape,
                            hsize_t chunk_rows);
+  h5::Handle create_dense_label_dataset(const char* name, hid_t type, std::int64_t height, std::int64_t width,
+                                        const StorageOptions& storage);
   void create_mask_dataset(std::int64_t height, std::int64_t width);
   void create_pixel_value_dataset(std::int64_t height, std::int64_t width);
 
