@@ -156,7 +156,8 @@ struct FeatureFeed::Impl {
   FeedStats stats;
 
   // One pass in flight.
-  at::Tensor order;  // resident tiers: the pass's row order
+  at::Tensor order;         // resident tiers: the pass's row order
+  at::Tensor order_device;  // gpu tier: the same order, copied to the device once per pass
   std::int64_t cursor = 0;
   std::unique_ptr<BoundedQueue<CpuBatch>> queue;
   std::thread producer;
@@ -343,6 +344,7 @@ void FeatureFeed::start(bool shuffle, std::uint64_t seed) {
   } else {
     m.order = at::arange(m.n, at::kLong);
   }
+  if (m.tier == FeedTier::kGpu) m.order_device = m.order.to(m.device);
   if (m.tier == FeedTier::kHost) m.run_producer([&m] { m.produce_host(); });
 }
 
@@ -353,7 +355,7 @@ std::optional<FeedBatch> FeatureFeed::next() {
     const std::int64_t len = std::min(m.batch_size, m.n - m.cursor);
     FeedBatch batch;
     batch.ids = m.order.narrow(0, m.cursor, len);
-    const at::Tensor ids = batch.ids.to(m.device, true);
+    const at::Tensor ids = m.order_device.narrow(0, m.cursor, len);  // no host traffic per batch
     for (std::size_t c = 0; c < m.columns.size(); ++c) batch.columns.push_back(widen(m.resident[c].index_select(0, ids), m.columns[c].level.empty()));
     if (m.targets.defined()) batch.targets = m.targets.index_select(0, ids);
     m.cursor += len;

@@ -542,6 +542,9 @@ ProbeResult train_probe(const ProbeOptions& options, const ProbeHooks& hooks) {
   j["options"] = probe_options_to_json(options);
   j["task"] = task_name(task);
   j["num_outputs"] = data.num_outputs();
+  if (!data.caches().front()->label_kinds().class_names.empty()) {
+    j["class_names"] = data.caches().front()->label_kinds().class_names;
+  }
   j["primary_metric"] = primary;
   j["splits"] = {{"train", {{"name", data.train().name}, {"rows", data.train().size()}}},
                  {"val", {{"name", data.val().name}, {"rows", data.val().size()}}},
