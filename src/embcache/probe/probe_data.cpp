@@ -113,19 +113,35 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
     splits_[s].name = names[s];
     splits_[s].rows.resize(caches_.size());
   }
+  // The index columns are read in blocks of rows: memory stays bounded however large the cache.
+  constexpr std::int64_t kIndexBlock = 1 << 16;
   for (std::size_t c = 0; c < caches_.size(); ++c) {
-    const CacheIndex index = caches_[c]->read_index();
-    for (std::size_t r = 0; r < index.splits.size(); ++r) {
-      ++counts[index.splits[r]];
-      for (int s = 0; s < 3; ++s) {
-        if (index.splits[r] != names[s]) continue;
-        if (s == 0 && options.val_fraction > 0 &&
-            double(window_hash(index.groups[r], index.windows[r]) % 1000000) < options.val_fraction * 1e6) {
-          splits_[1].rows[c].push_back(std::int64_t(r));
-        } else {
-          splits_[s].rows[c].push_back(std::int64_t(r));
+    const CacheFileReader& cache = *caches_[c];
+    const hid_t file = cache.file();
+    for (std::int64_t start = 0; start < cache.rows(); start += kIndexBlock) {
+      const hsize_t n = hsize_t(std::min(kIndexBlock, cache.rows() - start));
+      auto column = [&](const char* path) {
+        return h5::read_strings(h5::open_dataset(file, path).get(), hsize_t(start), n, cache.path());
+      };
+      const std::vector<std::string> split_names = column(cache_paths::kSplit);
+      std::vector<std::string> groups, windows;
+      if (options.val_fraction > 0) {
+        groups = column(cache_paths::kGroup);
+        windows = column(cache_paths::kWindow);
+      }
+      for (std::size_t i = 0; i < split_names.size(); ++i) {
+        const std::int64_t r = start + std::int64_t(i);
+        ++counts[split_names[i]];
+        for (int s = 0; s < 3; ++s) {
+          if (split_names[i] != names[s]) continue;
+          if (s == 0 && options.val_fraction > 0 &&
+              double(window_hash(groups[i], windows[i]) % 1000000) < options.val_fraction * 1e6) {
+            splits_[1].rows[c].push_back(r);
+          } else {
+            splits_[s].rows[c].push_back(r);
+          }
+          break;
         }
-        break;
       }
     }
   }
