@@ -30,6 +30,7 @@
 #include "embcache/pipeline/bounded_queue.hpp"
 #include "embcache/pipeline/cancellation.hpp"
 #include "embcache/store/cache_store.hpp"
+#include "embcache/store/fletcher32.hpp"
 
 namespace embcache {
 namespace {
@@ -131,6 +132,26 @@ std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, con
     h = combine(h, pixel_hash(window.label_value.data_ptr(), window.label_value.nbytes()));
   }
   return h;
+}
+
+// Checksums of the writer's future chunks, computed here so the I/O thread (the bottleneck of
+// fast encoders) does not: blocks of R rows, R the chunk rule's rows per chunk. The writer uses
+// a block's checksum only where its chunk grid lines up with it, and computes the rest.
+void add_chunk_checksums(RowBatch& rows, const std::vector<LevelSpec>& specs, const StorageOptions& storage) {
+  if (!storage.checksum || storage.compression.kind != Compression::Kind::kNone || specs.size() != rows.levels.size()) return;
+  const std::size_t elem = element_size(storage.dtype);
+  std::int64_t r = std::int64_t(1) << 30;
+  for (const auto& spec : specs) r = std::min<std::int64_t>(r, std::int64_t(chunk_shape(spec.row_shape, elem)[0]));
+  const std::int64_t n = rows.levels.empty() ? 0 : rows.levels.front().size(0);
+  if (n < r) return;
+  rows.checksum_rows = r;
+  for (const auto& t : rows.levels) {
+    const std::size_t block_bytes = std::size_t(t.nbytes() / std::size_t(n)) * std::size_t(r);
+    const auto* data = static_cast<const std::uint8_t*>(t.data_ptr());
+    std::vector<std::uint32_t> sums;
+    for (std::int64_t k = 0; k + r <= n; k += r) sums.push_back(fletcher32(data + std::size_t(k / r) * block_bytes, block_bytes));
+    rows.level_checksums.push_back(std::move(sums));
+  }
 }
 
 // The shared state of one run: the first error wins and closes every queue.
@@ -646,6 +667,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         rows.levels.push_back(stored.to(at::kCPU).contiguous());
         computed_bytes += std::int64_t(rows.levels.back().nbytes());
       }
+      add_chunk_checksums(rows, specs, opt.storage);
       std::vector<std::int64_t> classes;
       std::vector<at::Tensor> values, masks, pixel_values;
       for (auto& item : encoded->items) {

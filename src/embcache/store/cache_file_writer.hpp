@@ -44,8 +44,9 @@ class CacheFileWriter {
     std::size_t pending_rows = 0;
     std::int64_t rows_written = 0;
   };
-  void append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows);
-  void write_pending_chunk(std::size_t level);
+  void append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows,
+                     const std::vector<std::uint32_t>* sums, std::size_t sum_rows);
+  void write_pending_chunk(std::size_t level, const std::uint32_t* sum = nullptr);
   void flush_pending_rows(std::size_t level);
   h5::Handle create_column(const std::string& name, hid_t type, std::vector<hsize_t> row_shape,
                            hsize_t chunk_rows);
