@@ -236,397 +236,459 @@ void check_probe_options(const ProbeOptions& options) {
   }
 }
 
-ProbeResult train_probe(const ProbeOptions& options, const ProbeHooks& hooks) {
-  const auto t_start = Clock::now();
-  // The plain interpreter: same numbers on every call (no profiling-driven re-optimisation).
-  torch::jit::setGraphExecutorOptimize(false);
-  if (options.out.empty()) throw UsageError("--out: required (the run directory to write)");
-  check_probe_options(options);
-  const ProbeTask task = parse_task(options.task);
-  const OptimizerKind optimizer = parse_optimizer(options.optimizer);
-  const Schedule schedule = parse_schedule(options.schedule);
-  std::vector<HeadType> head_types;
-  for (const auto& h : split_list(options.head, "--head")) head_types.push_back(parse_head(h));
-  const auto level_sets = parse_level_sets(options.levels);
-  const auto lrs = parse_double_list(options.lr, "--lr");
-  const auto decays = parse_double_list(options.weight_decay, "--weight-decay");
-  std::vector<std::int64_t> hidden;
-  if (!options.hidden.empty()) hidden = parse_int_list(options.hidden, "--hidden");
-  const c10::Device device = resolve_device(options.device);
-  if (options.threads > 0) at::set_num_threads(options.threads);
-  if (options.tier == "gpu" && !device.is_cuda()) throw UsageError("--tier gpu needs a CUDA --device");
+namespace {
 
-  ProbeData data(options, task);
+// One train-probe run, step by step: options, the grid of banks, the data tier, standardisation,
+// training with validation, test, outputs. Each step reads what the previous ones set.
+class Trainer {
+ public:
+  Trainer(const ProbeOptions& options, const ProbeHooks& hooks) : options(options), hooks(hooks) {}
 
-  // The grid, grouped into banks: heads of one architecture share a bank when they can.
-  std::vector<Combination> combos;
-  std::vector<Bank> banks;
-  std::vector<FeedColumn> columns;
-  std::map<std::string, std::size_t> column_of;
-  std::map<std::string, bool> level_pooled;  // pooled only while every head reading it pools
-  std::vector<HeadConfig> configs;
-  std::vector<std::string> configs_requested;  // each config's level set as written
-  for (HeadType type : head_types) {
-    for (const auto& set : level_sets) {
-      std::string requested;
-      for (const auto& l : set) requested += (requested.empty() ? "" : "+") + l;
-      configs_requested.push_back(requested);
-      HeadConfig config;
-      config.type = type;
-      config.task = task;
-      for (const auto& name : set) {
-        const LevelSpec& level = data.level(name);
-        config.levels.push_back(level.name);
-        config.level_shapes.push_back(level.row_shape);
-      }
-      config.outputs = data.num_outputs();
-      config.out_size = data.mask_shape();
-      config.hidden = hidden;
-      if (type == HeadType::kMlp && config.hidden.empty()) config.hidden = {512};
-      config.dropout = options.dropout;
-      config.conv_blocks = options.conv_blocks;
-      config.standardize = decide_standardize(options.standardize, type);
-      config.validate();
-      for (const auto& name : config.levels) {
-        auto it = level_pooled.find(name);
-        level_pooled[name] = (it == level_pooled.end() ? true : it->second) && config.pooled_input();
-      }
-      configs.push_back(config);
-    }
+  ProbeResult run() {
+    parse();
+    build_grid();
+    choose_tier();
+    standardize();
+    train();
+    test();
+    return write_outputs();
   }
-  for (const auto& [name, pooled] : level_pooled) {
-    column_of[name] = columns.size();
-    columns.push_back(level_column(data, data.level(name), pooled));
-  }
-  if (is_dense(task)) columns.push_back(mask_column(data));
 
-  for (std::size_t ci = 0; ci < configs.size(); ++ci) {
-    const HeadConfig& config = configs[ci];
-    auto add_bank = [&](std::int64_t members) {
-      Bank bank{HeadBank(config, members, options.seed, device), {}, {}, nullptr};
-      for (const auto& name : config.levels) bank.inputs.push_back(column_of.at(name));
-      banks.push_back(std::move(bank));
-    };
-    if (config.bankable()) add_bank(std::int64_t(lrs.size() * decays.size()));
-    for (double lr : lrs) {
-      for (double wd : decays) {
-        if (!config.bankable()) add_bank(1);
-        Combination c;
-        c.head = config;
-        c.levels_requested = configs_requested[ci];
-        c.lr = lr;
-        c.weight_decay = wd;
-        c.bank = banks.size() - 1;
-        c.member = std::int64_t(banks.back().combos.size());
-        c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() + " lr=" + format_number(lr) +
-               " wd=" + format_number(wd);
-        banks.back().combos.push_back(combos.size());
-        combos.push_back(std::move(c));
+ private:
+  void parse() {
+    t_start = Clock::now();
+    // The plain interpreter: same numbers on every call (no profiling-driven re-optimisation).
+    torch::jit::setGraphExecutorOptimize(false);
+    if (options.out.empty()) throw UsageError("--out: required (the run directory to write)");
+    check_probe_options(options);
+    task = parse_task(options.task);
+    optimizer = parse_optimizer(options.optimizer);
+    schedule = parse_schedule(options.schedule);
+    for (const auto& h : split_list(options.head, "--head")) head_types.push_back(parse_head(h));
+    level_sets = parse_level_sets(options.levels);
+    lrs = parse_double_list(options.lr, "--lr");
+    decays = parse_double_list(options.weight_decay, "--weight-decay");
+    if (!options.hidden.empty()) hidden = parse_int_list(options.hidden, "--hidden");
+    device = resolve_device(options.device);
+    if (options.threads > 0) at::set_num_threads(options.threads);
+    if (options.tier == "gpu" && !device.is_cuda()) throw UsageError("--tier gpu needs a CUDA --device");
+
+    data_ = std::make_unique<ProbeData>(options, task);
+  }
+
+  void build_grid() {
+    ProbeData& data = *data_;
+    // The grid, grouped into banks: heads of one architecture share a bank when they can.
+    std::map<std::string, bool> level_pooled;  // pooled only while every head reading it pools
+    std::vector<HeadConfig> configs;
+    std::vector<std::string> configs_requested;  // each config's level set as written
+    for (HeadType type : head_types) {
+      for (const auto& set : level_sets) {
+        std::string requested;
+        for (const auto& l : set) requested += (requested.empty() ? "" : "+") + l;
+        configs_requested.push_back(requested);
+        HeadConfig config;
+        config.type = type;
+        config.task = task;
+        for (const auto& name : set) {
+          const LevelSpec& level = data.level(name);
+          config.levels.push_back(level.name);
+          config.level_shapes.push_back(level.row_shape);
+        }
+        config.outputs = data.num_outputs();
+        config.out_size = data.mask_shape();
+        config.hidden = hidden;
+        if (type == HeadType::kMlp && config.hidden.empty()) config.hidden = {512};
+        config.dropout = options.dropout;
+        config.conv_blocks = options.conv_blocks;
+        config.standardize = decide_standardize(options.standardize, type);
+        config.validate();
+        for (const auto& name : config.levels) {
+          auto it = level_pooled.find(name);
+          level_pooled[name] = (it == level_pooled.end() ? true : it->second) && config.pooled_input();
+        }
+        configs.push_back(config);
       }
     }
-  }
-  for (auto& bank : banks) {
-    std::vector<double> lr, wd;
-    for (auto ci : bank.combos) {
-      lr.push_back(combos[ci].lr);
-      wd.push_back(combos[ci].weight_decay);
+    for (const auto& [name, pooled] : level_pooled) {
+      column_of[name] = columns.size();
+      columns.push_back(level_column(data, data.level(name), pooled));
     }
-    bank.optimizer = std::make_unique<BankOptimizer>(optimizer, bank.heads.parameters(), lr, wd);
-  }
+    if (is_dense(task)) columns.push_back(mask_column(data));
 
-  // Which tier holds the features.
-  const std::int64_t row_bytes = resident_row_bytes(columns);
-  const std::int64_t total_rows = data.train().size() + data.val().size() + data.test().size();
-  const std::int64_t needed = row_bytes * total_rows;
-  const std::int64_t host_budget = budget_bytes(options.host_memory_budget, available_host_bytes() / 2, "--host-memory-budget");
-  std::int64_t gpu_budget = 0;
-  if (device.is_cuda()) {
-    const std::int64_t free = free_gpu_bytes(device.index() < 0 ? 0 : device.index());
-    gpu_budget = budget_bytes(options.gpu_memory_budget, free > 0 ? free / 2 : 0, "--gpu-memory-budget");
-  }
-  FeedTier tier;
-  if (options.tier == "gpu" || (options.tier == "auto" && device.is_cuda() && needed <= gpu_budget)) {
-    tier = FeedTier::kGpu;
-    if (needed > gpu_budget) {
-      throw UsageError("--tier gpu: the features need " + format_bytes(double(needed)) + " but --gpu-memory-budget is " +
-                       format_bytes(double(gpu_budget)) + "; raise the budget or use --tier auto");
-    }
-  } else if (options.tier == "host" || (options.tier == "auto" && needed <= host_budget)) {
-    tier = FeedTier::kHost;
-    if (needed > host_budget) {
-      throw UsageError("--tier host: the features need " + format_bytes(double(needed)) + " but --host-memory-budget is " +
-                       format_bytes(double(host_budget)) + "; raise the budget or use --tier auto (streams from disk)");
-    }
-  } else {
-    tier = FeedTier::kStream;
-  }
-  // Stream: a third of the host budget is the shuffle buffer; while it refills, the blocks read
-  // and the buffer briefly coexist, and the rest covers queued batches.
-  const std::int64_t buffer_bytes = host_budget / 3;
-  if (tier == FeedTier::kStream) {
-    const std::int64_t batch_bytes = row_bytes * options.batch_size * 8;
-    if (batch_bytes > host_budget) {
-      throw UsageError("--host-memory-budget " + format_bytes(double(host_budget)) + " is exhausted: streaming needs about " +
-                       format_bytes(double(batch_bytes)) + " for a few batches of " + std::to_string(options.batch_size) +
-                       " rows; raise the budget or lower --batch-size");
-    }
-  }
-  std::unique_ptr<FeatureFeed> train_feed, val_feed, test_feed;
-  const auto t_load = Clock::now();
-  train_feed = std::make_unique<FeatureFeed>(data, 0, columns, tier, device, options.batch_size, buffer_bytes);
-  val_feed = std::make_unique<FeatureFeed>(data, 1, columns, tier, device, options.batch_size, buffer_bytes);
-  if (data.test().size() > 0) {
-    test_feed = std::make_unique<FeatureFeed>(data, 2, columns, tier, device, options.batch_size, buffer_bytes);
-  }
-  const double load_seconds = seconds_since(t_load);
-
-  // Standardisation statistics from the training split.
-  std::map<std::string, ChannelStats> stats;  // key: level + "/pooled" or "/map"
-  bool need_stats = false;
-  for (const auto& bank : banks) need_stats = need_stats || bank.heads.config().standardize;
-  if (need_stats) {
-    train_feed->start(false, 0);
-    while (auto batch = train_feed->next()) {
-      std::set<std::string> added;  // a (level, view) read by several banks counts once
-      for (const auto& bank : banks) {
-        const HeadConfig& config = bank.heads.config();
-        if (!config.standardize) continue;
-        for (std::size_t i = 0; i < config.levels.size(); ++i) {
-          const at::Tensor& x = batch->columns[bank.inputs[i]];
-          const bool pooled = config.pooled_input();
-          const std::string key = config.levels[i] + (pooled ? "/pooled" : "/map");
-          if (!added.insert(key).second) continue;
-          stats[key].add(pooled && x.dim() == 4 ? x.mean({2, 3}) : x);
+    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
+      const HeadConfig& config = configs[ci];
+      auto add_bank = [&](std::int64_t members) {
+        Bank bank{HeadBank(config, members, options.seed, device), {}, {}, nullptr};
+        for (const auto& name : config.levels) bank.inputs.push_back(column_of.at(name));
+        banks.push_back(std::move(bank));
+      };
+      if (config.bankable()) add_bank(std::int64_t(lrs.size() * decays.size()));
+      for (double lr : lrs) {
+        for (double wd : decays) {
+          if (!config.bankable()) add_bank(1);
+          Combination c;
+          c.head = config;
+          c.levels_requested = configs_requested[ci];
+          c.lr = lr;
+          c.weight_decay = wd;
+          c.bank = banks.size() - 1;
+          c.member = std::int64_t(banks.back().combos.size());
+          c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() + " lr=" + format_number(lr) +
+                 " wd=" + format_number(wd);
+          banks.back().combos.push_back(combos.size());
+          combos.push_back(std::move(c));
         }
       }
     }
     for (auto& bank : banks) {
-      const HeadConfig& config = bank.heads.config();
-      if (!config.standardize) continue;
-      std::vector<at::Tensor> mean, std;
-      for (const auto& level : config.levels) {
-        const auto [m, s] = stats.at(level + (config.pooled_input() ? "/pooled" : "/map")).mean_std();
-        mean.push_back(m);
-        std.push_back(s);
+      std::vector<double> lr, wd;
+      for (auto ci : bank.combos) {
+        lr.push_back(combos[ci].lr);
+        wd.push_back(combos[ci].weight_decay);
       }
-      bank.heads.set_standardization(mean, std);
+      bank.optimizer = std::make_unique<BankOptimizer>(optimizer, bank.heads.parameters(), lr, wd);
     }
   }
 
-  // Training.
-  const std::int64_t steps_per_epoch = train_feed->batches_per_epoch();
-  const std::int64_t total_steps = steps_per_epoch * options.epochs;
-  const std::int64_t warmup_steps = std::int64_t(std::llround(options.warmup_epochs * double(steps_per_epoch)));
-  const bool higher = higher_is_better(task);
-  const std::string primary = primary_metric(task);
-  nlohmann::json history = nlohmann::json::array();
-  std::int64_t step = 0, epochs_run = 0;
-  double train_seconds = 0;
-  const double wait_before_training = train_feed->stats().wait_seconds;  // the stats pass waits too
-  std::int64_t samples_trained = 0;
-  for (std::int64_t epoch = 1; epoch <= options.epochs; ++epoch) {
-    const auto t_epoch = Clock::now();
-    Progress progress("epoch " + std::to_string(epoch) + "/" + std::to_string(options.epochs), steps_per_epoch,
-                      options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
-    std::vector<at::Tensor> loss_sum;
-    for (const auto& bank : banks) loss_sum.push_back(at::zeros({bank.heads.members()}, at::TensorOptions().dtype(at::kDouble).device(device)));
-    std::int64_t seen = 0, done = 0;
-    train_feed->start(true, options.seed * 1000003ull + std::uint64_t(epoch));
-    while (auto batch = train_feed->next()) {
-      if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
-      const double factor = schedule_factor(schedule, step, total_steps, warmup_steps);
-      const std::int64_t b = batch->ids.size(0);
+  void choose_tier() {
+    ProbeData& data = *data_;
+    // Which tier holds the features.
+    row_bytes = resident_row_bytes(columns);
+    total_rows = data.train().size() + data.val().size() + data.test().size();
+    needed = row_bytes * total_rows;
+    host_budget = budget_bytes(options.host_memory_budget, available_host_bytes() / 2, "--host-memory-budget");
+    gpu_budget = 0;
+    if (device.is_cuda()) {
+      const std::int64_t free = free_gpu_bytes(device.index() < 0 ? 0 : device.index());
+      gpu_budget = budget_bytes(options.gpu_memory_budget, free > 0 ? free / 2 : 0, "--gpu-memory-budget");
+    }
+    if (options.tier == "gpu" || (options.tier == "auto" && device.is_cuda() && needed <= gpu_budget)) {
+      tier = FeedTier::kGpu;
+      if (needed > gpu_budget) {
+        throw UsageError("--tier gpu: the features need " + format_bytes(double(needed)) + " but --gpu-memory-budget is " +
+                         format_bytes(double(gpu_budget)) + "; raise the budget or use --tier auto");
+      }
+    } else if (options.tier == "host" || (options.tier == "auto" && needed <= host_budget)) {
+      tier = FeedTier::kHost;
+      if (needed > host_budget) {
+        throw UsageError("--tier host: the features need " + format_bytes(double(needed)) + " but --host-memory-budget is " +
+                         format_bytes(double(host_budget)) + "; raise the budget or use --tier auto (streams from disk)");
+      }
+    } else {
+      tier = FeedTier::kStream;
+    }
+    // Stream: a third of the host budget is the shuffle buffer; while it refills, the blocks read
+    // and the buffer briefly coexist, and the rest covers queued batches.
+    buffer_bytes = host_budget / 3;
+    if (tier == FeedTier::kStream) {
+      const std::int64_t batch_bytes = row_bytes * options.batch_size * 8;
+      if (batch_bytes > host_budget) {
+        throw UsageError("--host-memory-budget " + format_bytes(double(host_budget)) + " is exhausted: streaming needs about " +
+                         format_bytes(double(batch_bytes)) + " for a few batches of " + std::to_string(options.batch_size) +
+                         " rows; raise the budget or lower --batch-size");
+      }
+    }
+    const auto t_load = Clock::now();
+    train_feed = std::make_unique<FeatureFeed>(data, 0, columns, tier, device, options.batch_size, buffer_bytes);
+    val_feed = std::make_unique<FeatureFeed>(data, 1, columns, tier, device, options.batch_size, buffer_bytes);
+    if (data.test().size() > 0) {
+      test_feed = std::make_unique<FeatureFeed>(data, 2, columns, tier, device, options.batch_size, buffer_bytes);
+    }
+    load_seconds = seconds_since(t_load);
+  }
+
+  void standardize() {
+    // Standardisation statistics from the training split.
+    std::map<std::string, ChannelStats> stats;  // key: level + "/pooled" or "/map"
+    bool need_stats = false;
+    for (const auto& bank : banks) need_stats = need_stats || bank.heads.config().standardize;
+    if (need_stats) {
+      train_feed->start(false, 0);
+      while (auto batch = train_feed->next()) {
+        std::set<std::string> added;  // a (level, view) read by several banks counts once
+        for (const auto& bank : banks) {
+          const HeadConfig& config = bank.heads.config();
+          if (!config.standardize) continue;
+          for (std::size_t i = 0; i < config.levels.size(); ++i) {
+            const at::Tensor& x = batch->columns[bank.inputs[i]];
+            const bool pooled = config.pooled_input();
+            const std::string key = config.levels[i] + (pooled ? "/pooled" : "/map");
+            if (!added.insert(key).second) continue;
+            stats[key].add(pooled && x.dim() == 4 ? x.mean({2, 3}) : x);
+          }
+        }
+      }
+      for (auto& bank : banks) {
+        const HeadConfig& config = bank.heads.config();
+        if (!config.standardize) continue;
+        std::vector<at::Tensor> mean, std;
+        for (const auto& level : config.levels) {
+          const auto [m, s] = stats.at(level + (config.pooled_input() ? "/pooled" : "/map")).mean_std();
+          mean.push_back(m);
+          std.push_back(s);
+        }
+        bank.heads.set_standardization(mean, std);
+      }
+    }
+  }
+
+  void train() {
+    ProbeData& data = *data_;
+    // Training.
+    steps_per_epoch = train_feed->batches_per_epoch();
+    total_steps = steps_per_epoch * options.epochs;
+    warmup_steps = std::int64_t(std::llround(options.warmup_epochs * double(steps_per_epoch)));
+    higher = higher_is_better(task);
+    primary = primary_metric(task);
+    history = nlohmann::json::array();
+    wait_before_training = train_feed->stats().wait_seconds;  // the stats pass waits too
+    for (std::int64_t epoch = 1; epoch <= options.epochs; ++epoch) {
+      const auto t_epoch = Clock::now();
+      Progress progress("epoch " + std::to_string(epoch) + "/" + std::to_string(options.epochs), steps_per_epoch,
+                        options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
+      std::vector<at::Tensor> loss_sum;
+      for (const auto& bank : banks) loss_sum.push_back(at::zeros({bank.heads.members()}, at::TensorOptions().dtype(at::kDouble).device(device)));
+      std::int64_t seen = 0, done = 0;
+      train_feed->start(true, options.seed * 1000003ull + std::uint64_t(epoch));
+      while (auto batch = train_feed->next()) {
+        if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
+        const double factor = schedule_factor(schedule, step, total_steps, warmup_steps);
+        const std::int64_t b = batch->ids.size(0);
+        for (std::size_t i = 0; i < banks.size(); ++i) {
+          Bank& bank = banks[i];
+          std::vector<bool> active;
+          bool any = false;
+          for (auto ci : bank.combos) {
+            active.push_back(combos[ci].active);
+            any = any || combos[ci].active;
+          }
+          if (!any) continue;
+          const at::Tensor out = bank.heads.forward(bank_inputs(bank, *batch), true);
+          const at::Tensor losses = member_losses(task, out, *batch, data.ignore_index(), options.label_smoothing);
+          losses.sum().backward();
+          bank.optimizer->step(factor, active);
+          bank.optimizer->zero_grad();
+          loss_sum[i].add_(losses.detach().to(at::kDouble) * double(b));
+        }
+        seen += b;
+        ++step;
+        progress.update(++done);
+      }
+      progress.finish();
+      train_seconds += seconds_since(t_epoch);
+      samples_trained += seen;
+      ++epochs_run;
+
+      // Validation, early stopping, history.
+      auto val = evaluate(banks, *val_feed, data);
+      const double epoch_seconds = seconds_since(t_epoch);
+      bool any_active = false;
       for (std::size_t i = 0; i < banks.size(); ++i) {
-        Bank& bank = banks[i];
-        std::vector<bool> active;
-        bool any = false;
-        for (auto ci : bank.combos) {
-          active.push_back(combos[ci].active);
-          any = any || combos[ci].active;
+        const at::Tensor mean_loss = (loss_sum[i] / double(seen)).cpu();
+        for (std::int64_t g = 0; g < banks[i].heads.members(); ++g) {
+          Combination& c = combos[banks[i].combos[g]];
+          if (!c.active) continue;
+          const double loss = mean_loss[g].item<double>();
+          if (!std::isfinite(loss)) {
+            throw InputError("training diverged: the loss of " + c.id + " is not finite in epoch " + std::to_string(epoch) +
+                             "; lower its learning rate (or check the features for NaN)");
+          }
+          nlohmann::json metrics = val[i].result(g);
+          const double value = val[i].primary(g);
+          const bool better = std::isnan(c.best_value) || (higher ? value > c.best_value : value < c.best_value);
+          if (better && std::isfinite(value)) {
+            c.best_value = value;
+            c.best_epoch = epoch;
+            c.best_val = metrics;
+            c.best_state = banks[i].heads.member_state(g);
+            c.epochs_since_best = 0;
+          } else {
+            ++c.epochs_since_best;
+            if (options.patience > 0 && c.epochs_since_best >= options.patience) c.active = false;
+          }
+          any_active = any_active || c.active;
+          nlohmann::json row = {{"epoch", epoch}, {"combination", c.id}, {"head", head_name(c.head.type)},
+                                {"levels", c.head.levels_text()}, {"lr_base", c.lr}, {"weight_decay", c.weight_decay},
+                                {"train_loss", loss},
+                                {"lr", c.lr * schedule_factor(schedule, std::max<std::int64_t>(0, step - 1), total_steps, warmup_steps)},
+                                {"seconds", epoch_seconds}};
+          nlohmann::json scalars = nlohmann::json::object();
+          for (const auto& [k, v] : metrics.items()) {
+            if (v.is_number() || v.is_null()) scalars[k] = v;
+          }
+          row["val"] = scalars;
+          history.push_back(row);
         }
-        if (!any) continue;
-        const at::Tensor out = bank.heads.forward(bank_inputs(bank, *batch), true);
-        const at::Tensor losses = member_losses(task, out, *batch, data.ignore_index(), options.label_smoothing);
-        losses.sum().backward();
-        bank.optimizer->step(factor, active);
-        bank.optimizer->zero_grad();
-        loss_sum[i].add_(losses.detach().to(at::kDouble) * double(b));
       }
-      seen += b;
-      ++step;
-      progress.update(++done);
+      if (!any_active) break;
     }
-    progress.finish();
-    train_seconds += seconds_since(t_epoch);
-    samples_trained += seen;
-    ++epochs_run;
-
-    // Validation, early stopping, history.
-    auto val = evaluate(banks, *val_feed, data);
-    const double epoch_seconds = seconds_since(t_epoch);
-    bool any_active = false;
-    for (std::size_t i = 0; i < banks.size(); ++i) {
-      const at::Tensor mean_loss = (loss_sum[i] / double(seen)).cpu();
-      for (std::int64_t g = 0; g < banks[i].heads.members(); ++g) {
-        Combination& c = combos[banks[i].combos[g]];
-        if (!c.active) continue;
-        const double loss = mean_loss[g].item<double>();
-        if (!std::isfinite(loss)) {
-          throw InputError("training diverged: the loss of " + c.id + " is not finite in epoch " + std::to_string(epoch) +
-                           "; lower its learning rate (or check the features for NaN)");
-        }
-        nlohmann::json metrics = val[i].result(g);
-        const double value = val[i].primary(g);
-        const bool better = std::isnan(c.best_value) || (higher ? value > c.best_value : value < c.best_value);
-        if (better && std::isfinite(value)) {
-          c.best_value = value;
-          c.best_epoch = epoch;
-          c.best_val = metrics;
-          c.best_state = banks[i].heads.member_state(g);
-          c.epochs_since_best = 0;
-        } else {
-          ++c.epochs_since_best;
-          if (options.patience > 0 && c.epochs_since_best >= options.patience) c.active = false;
-        }
-        any_active = any_active || c.active;
-        nlohmann::json row = {{"epoch", epoch}, {"combination", c.id}, {"head", head_name(c.head.type)},
-                              {"levels", c.head.levels_text()}, {"lr_base", c.lr}, {"weight_decay", c.weight_decay},
-                              {"train_loss", loss},
-                              {"lr", c.lr * schedule_factor(schedule, std::max<std::int64_t>(0, step - 1), total_steps, warmup_steps)},
-                              {"seconds", epoch_seconds}};
-        nlohmann::json scalars = nlohmann::json::object();
-        for (const auto& [k, v] : metrics.items()) {
-          if (v.is_number() || v.is_null()) scalars[k] = v;
-        }
-        row["val"] = scalars;
-        history.push_back(row);
-      }
-    }
-    if (!any_active) break;
   }
 
-  // Best states back in, test for every combination, the best one picked by validation.
-  for (auto& c : combos) {
-    if (!c.best_state.empty()) banks[c.bank].heads.load_member_state(c.member, c.best_state);
-  }
-  std::size_t best = 0;
-  for (std::size_t i = 0; i < combos.size(); ++i) {
-    const double v = combos[i].best_value, b = combos[best].best_value;
-    if (std::isnan(b) || (std::isfinite(v) && (higher ? v > b : v < b))) best = i;
-  }
-  if (std::isnan(combos[best].best_value)) {
-    throw InputError("no combination produced a finite validation " + primary + "; check the labels of split '" +
-                     data.val().name + "'");
-  }
-  if (test_feed) {
-    auto test = evaluate(banks, *test_feed, data);
+  void test() {
+    ProbeData& data = *data_;
+    // Best states back in, test for every combination, the best one picked by validation.
     for (auto& c : combos) {
-      c.test = test[c.bank].result(c.member);
-      // Intervals for every combination: resampling reuses the per-image records, so it is cheap.
-      if (options.bootstrap > 0) c.test_ci = test[c.bank].bootstrap(c.member, options.bootstrap, options.seed);
+      if (!c.best_state.empty()) banks[c.bank].heads.load_member_state(c.member, c.best_state);
     }
-  }
-
-  // Outputs.
-  std::error_code ec;
-  std::filesystem::create_directories(options.out, ec);
-  if (ec) throw IoError("--out " + options.out + ": cannot create the run directory (" + ec.message() + ")");
-  const Combination& winner = combos[best];
-  banks[winner.bank].heads.save_member(winner.member, options.out + "/head.pt.tmp");
-  if (std::rename((options.out + "/head.pt.tmp").c_str(), (options.out + "/head.pt").c_str()) != 0) {
-    throw IoError("--out " + options.out + ": cannot move head.pt into place");
-  }
-
-  nlohmann::json j;
-  j["embcache_version"] = EMBCACHE_VERSION;
-  j["options"] = probe_options_to_json(options);
-  j["task"] = task_name(task);
-  j["num_outputs"] = data.num_outputs();
-  if (!data.caches().front()->label_kinds().class_names.empty()) {
-    j["class_names"] = data.caches().front()->label_kinds().class_names;
-  }
-  j["primary_metric"] = primary;
-  j["splits"] = {{"train", {{"name", data.train().name}, {"rows", data.train().size()}}},
-                 {"val", {{"name", data.val().name}, {"rows", data.val().size()}}},
-                 {"test", {{"name", data.test().name}, {"rows", data.test().size()}}}};
-  j["device"] = device.str();
-  j["best"] = {{"combination", winner.id}, {"head", head_name(winner.head.type)}, {"levels", winner.head.levels},
-               {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
-  j["val"] = winner.best_val;
-  j["test"] = winner.test.is_null() ? nlohmann::json::object() : winner.test;
-  if (!winner.test_ci.is_null()) j["test_ci95"] = winner.test_ci;
-  nlohmann::json grid = nlohmann::json::array();
-  for (const auto& c : combos) {
-    nlohmann::json row = {{"combination", c.id}, {"head", head_name(c.head.type)}, {"levels", c.head.levels},
-                          {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch},
-                          {"val", c.best_val}, {"test", c.test.is_null() ? nlohmann::json::object() : c.test}};
-    if (!c.test_ci.is_null()) row["test_ci95"] = c.test_ci;
-    grid.push_back(row);
-  }
-  j["combinations"] = grid;
-  j["history"] = history;
-  const double total_seconds = seconds_since(t_start);
-  j["timing"] = {{"train_seconds", train_seconds}, {"load_seconds", load_seconds}, {"total_seconds", total_seconds},
-                 {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
-                 {"heads", combos.size()}, {"banks", banks.size()}};
-  FeedStats total = train_feed->stats();
-  for (const FeatureFeed* f : {val_feed.get(), test_feed.get()}) {
-    if (!f) continue;
-    const FeedStats& s = f->stats();
-    total.bytes_resident += s.bytes_resident;
-    total.bytes_read += s.bytes_read;
-    total.read_seconds += s.read_seconds;
-    total.rows_read += s.rows_read;
-    total.rows_used += s.rows_used;
-  }
-  nlohmann::json data_json = total.to_json(tier);
-  data_json["wait_fraction"] = train_seconds > 0 ? (train_feed->stats().wait_seconds - wait_before_training) / train_seconds : 0.0;
-  data_json["host_memory_budget"] = host_budget;
-  if (device.is_cuda()) data_json["gpu_memory_budget"] = gpu_budget;
-  data_json["bytes_needed_resident"] = needed;
-  data_json["peak_rss_bytes"] = peak_rss_bytes();
-  j["data"] = data_json;
-
-  write_text_atomically(options.out + "/history.csv", history_csv(j), "--out");
-  write_text_atomically(options.out + "/metrics.json", j.dump(2) + "\n", "--out");
-
-  if (hooks.on_combination) {
+    best = 0;
     for (std::size_t i = 0; i < combos.size(); ++i) {
-      const Combination& c = combos[i];
-      CombinationOutcome outcome;
-      outcome.id = c.id;
-      outcome.head = head_name(c.head.type);
-      outcome.levels = c.head.levels;
-      outcome.levels_requested = c.levels_requested;
-      outcome.lr = c.lr;
-      outcome.weight_decay = c.weight_decay;
-      outcome.best_epoch = c.best_epoch;
-      outcome.val = c.best_val;
-      outcome.test = c.test.is_null() ? nlohmann::json::object() : c.test;
-      outcome.test_ci95 = c.test_ci;
-      outcome.best = i == best;
-      outcome.history = nlohmann::json::array();
-      for (const auto& row : history) {
-        if (row["combination"] == c.id) outcome.history.push_back(row);
+      const double v = combos[i].best_value, b = combos[best].best_value;
+      if (std::isnan(b) || (std::isfinite(v) && (higher ? v > b : v < b))) best = i;
+    }
+    if (std::isnan(combos[best].best_value)) {
+      throw InputError("no combination produced a finite validation " + primary + "; check the labels of split '" +
+                       data.val().name + "'");
+    }
+    if (test_feed) {
+      auto test = evaluate(banks, *test_feed, data);
+      for (auto& c : combos) {
+        c.test = test[c.bank].result(c.member);
+        // Intervals for every combination: resampling reuses the per-image records, so it is cheap.
+        if (options.bootstrap > 0) c.test_ci = test[c.bank].bootstrap(c.member, options.bootstrap, options.seed);
       }
-      const HeadBank& bank = banks[c.bank].heads;
-      const std::int64_t member = c.member;
-      outcome.save_head = [&bank, member](const std::string& path) { bank.save_member(member, path); };
-      hooks.on_combination(outcome);
     }
   }
 
-  std::ostringstream line;
-  line << "train-probe: best " << winner.id << " (epoch " << winner.best_epoch << "): val " << primary << " "
-       << format_number(winner.best_value);
-  if (j["test"].contains(primary) && j["test"][primary].is_number()) {
-    line << ", test " << primary << " " << format_number(j["test"][primary].get<double>());
+  ProbeResult write_outputs() {
+    ProbeData& data = *data_;
+    // Outputs.
+    std::error_code ec;
+    std::filesystem::create_directories(options.out, ec);
+    if (ec) throw IoError("--out " + options.out + ": cannot create the run directory (" + ec.message() + ")");
+    const Combination& winner = combos[best];
+    banks[winner.bank].heads.save_member(winner.member, options.out + "/head.pt.tmp");
+    if (std::rename((options.out + "/head.pt.tmp").c_str(), (options.out + "/head.pt").c_str()) != 0) {
+      throw IoError("--out " + options.out + ": cannot move head.pt into place");
+    }
+
+    nlohmann::json j;
+    j["embcache_version"] = EMBCACHE_VERSION;
+    j["options"] = probe_options_to_json(options);
+    j["task"] = task_name(task);
+    j["num_outputs"] = data.num_outputs();
+    if (!data.caches().front()->label_kinds().class_names.empty()) {
+      j["class_names"] = data.caches().front()->label_kinds().class_names;
+    }
+    j["primary_metric"] = primary;
+    j["splits"] = {{"train", {{"name", data.train().name}, {"rows", data.train().size()}}},
+                   {"val", {{"name", data.val().name}, {"rows", data.val().size()}}},
+                   {"test", {{"name", data.test().name}, {"rows", data.test().size()}}}};
+    j["device"] = device.str();
+    j["best"] = {{"combination", winner.id}, {"head", head_name(winner.head.type)}, {"levels", winner.head.levels},
+                 {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
+    j["val"] = winner.best_val;
+    j["test"] = winner.test.is_null() ? nlohmann::json::object() : winner.test;
+    if (!winner.test_ci.is_null()) j["test_ci95"] = winner.test_ci;
+    nlohmann::json grid = nlohmann::json::array();
+    for (const auto& c : combos) {
+      nlohmann::json row = {{"combination", c.id}, {"head", head_name(c.head.type)}, {"levels", c.head.levels},
+                            {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch},
+                            {"val", c.best_val}, {"test", c.test.is_null() ? nlohmann::json::object() : c.test}};
+      if (!c.test_ci.is_null()) row["test_ci95"] = c.test_ci;
+      grid.push_back(row);
+    }
+    j["combinations"] = grid;
+    j["history"] = history;
+    const double total_seconds = seconds_since(t_start);
+    j["timing"] = {{"train_seconds", train_seconds}, {"load_seconds", load_seconds}, {"total_seconds", total_seconds},
+                   {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
+                   {"heads", combos.size()}, {"banks", banks.size()}};
+    FeedStats total = train_feed->stats();
+    for (const FeatureFeed* f : {val_feed.get(), test_feed.get()}) {
+      if (!f) continue;
+      const FeedStats& s = f->stats();
+      total.bytes_resident += s.bytes_resident;
+      total.bytes_read += s.bytes_read;
+      total.read_seconds += s.read_seconds;
+      total.rows_read += s.rows_read;
+      total.rows_used += s.rows_used;
+    }
+    nlohmann::json data_json = total.to_json(tier);
+    data_json["wait_fraction"] = train_seconds > 0 ? (train_feed->stats().wait_seconds - wait_before_training) / train_seconds : 0.0;
+    data_json["host_memory_budget"] = host_budget;
+    if (device.is_cuda()) data_json["gpu_memory_budget"] = gpu_budget;
+    data_json["bytes_needed_resident"] = needed;
+    data_json["peak_rss_bytes"] = peak_rss_bytes();
+    j["data"] = data_json;
+
+    write_text_atomically(options.out + "/history.csv", history_csv(j), "--out");
+    write_text_atomically(options.out + "/metrics.json", j.dump(2) + "\n", "--out");
+
+    if (hooks.on_combination) {
+      for (std::size_t i = 0; i < combos.size(); ++i) {
+        const Combination& c = combos[i];
+        CombinationOutcome outcome;
+        outcome.id = c.id;
+        outcome.head = head_name(c.head.type);
+        outcome.levels = c.head.levels;
+        outcome.levels_requested = c.levels_requested;
+        outcome.lr = c.lr;
+        outcome.weight_decay = c.weight_decay;
+        outcome.best_epoch = c.best_epoch;
+        outcome.val = c.best_val;
+        outcome.test = c.test.is_null() ? nlohmann::json::object() : c.test;
+        outcome.test_ci95 = c.test_ci;
+        outcome.best = i == best;
+        outcome.history = nlohmann::json::array();
+        for (const auto& row : history) {
+          if (row["combination"] == c.id) outcome.history.push_back(row);
+        }
+        const HeadBank& bank = banks[c.bank].heads;
+        const std::int64_t member = c.member;
+        outcome.save_head = [&bank, member](const std::string& path) { bank.save_member(member, path); };
+        hooks.on_combination(outcome);
+      }
+    }
+
+    std::ostringstream line;
+    line << "train-probe: best " << winner.id << " (epoch " << winner.best_epoch << "): val " << primary << " "
+         << format_number(winner.best_value);
+    if (j["test"].contains(primary) && j["test"][primary].is_number()) {
+      line << ", test " << primary << " " << format_number(j["test"][primary].get<double>());
+    }
+    line << "; " << combos.size() << " head" << (combos.size() == 1 ? "" : "s") << ", " << epochs_run << " epochs, "
+         << std::fixed << std::setprecision(1) << train_seconds << " s, " << std::setprecision(0)
+         << j["timing"]["samples_per_second"].get<double>() << " samples/s, tier " << tier_name(tier) << " -> "
+         << options.out;
+    return {j, line.str()};
   }
-  line << "; " << combos.size() << " head" << (combos.size() == 1 ? "" : "s") << ", " << epochs_run << " epochs, "
-       << std::fixed << std::setprecision(1) << train_seconds << " s, " << std::setprecision(0)
-       << j["timing"]["samples_per_second"].get<double>() << " samples/s, tier " << tier_name(tier) << " -> "
-       << options.out;
-  return {j, line.str()};
+
+  const ProbeOptions& options;
+  const ProbeHooks& hooks;
+  Clock::time_point t_start;
+  ProbeTask task = ProbeTask::kClassification;
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  Schedule schedule = Schedule::kCosine;
+  std::vector<HeadType> head_types;
+  std::vector<std::vector<std::string>> level_sets;
+  std::vector<double> lrs, decays;
+  std::vector<std::int64_t> hidden;
+  c10::Device device{c10::kCPU};
+  std::unique_ptr<ProbeData> data_;
+  // The grid.
+  std::vector<Combination> combos;
+  std::vector<Bank> banks;
+  std::vector<FeedColumn> columns;
+  std::map<std::string, std::size_t> column_of;
+  // The data tier.
+  std::int64_t row_bytes = 0, total_rows = 0, needed = 0, host_budget = 0, gpu_budget = 0, buffer_bytes = 0;
+  FeedTier tier = FeedTier::kHost;
+  std::unique_ptr<FeatureFeed> train_feed, val_feed, test_feed;
+  double load_seconds = 0;
+  // Training.
+  std::int64_t steps_per_epoch = 0, total_steps = 0, warmup_steps = 0, step = 0, epochs_run = 0, samples_trained = 0;
+  bool higher = true;
+  std::string primary;
+  nlohmann::json history = nlohmann::json::array();
+  double train_seconds = 0, wait_before_training = 0;
+  std::size_t best = 0;
+};
+
+}  // namespace
+
+ProbeResult train_probe(const ProbeOptions& options, const ProbeHooks& hooks) {
+  return Trainer(options, hooks).run();
 }
 
 }  // namespace embcache
