@@ -13,6 +13,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 #include <thread>
 
 #include "embcache/core/crop_key.hpp"
@@ -53,7 +54,7 @@ struct Resolved {
   StorageOptions storage;
   std::vector<std::string> level_request;  // empty = all
   CommitPolicy policy;
-  bool idle_stages = true;
+  std::string stage_priority = "auto";  // idle | normal | auto (idle, normal once the encoder proves light)
 };
 
 Resolved resolve(const PrecomputeOptions& o) {
@@ -89,10 +90,10 @@ Resolved resolve(const PrecomputeOptions& o) {
   r.policy.segment_seconds = o.commit_seconds;
   r.policy.segment_bytes = o.segment_mb << 20;
   r.policy.fsync = o.fsync;
-  if (o.stage_priority != "idle" && o.stage_priority != "normal") {
-    throw UsageError("--stage-priority: expected idle or normal, got \"" + o.stage_priority + "\"");
+  if (o.stage_priority != "idle" && o.stage_priority != "normal" && o.stage_priority != "auto") {
+    throw UsageError("--stage-priority: expected auto, idle or normal, got \"" + o.stage_priority + "\"");
   }
-  r.idle_stages = o.stage_priority == "idle";
+  r.stage_priority = o.stage_priority;
   return r;
 }
 
@@ -194,11 +195,42 @@ class RunContext {
 // than alone on 2 cores). As idle threads they run in the encoder's gaps, or while it waits on
 // a full queue. Against our own encoder that balances itself; other busy processes can starve
 // them, hence --stage-priority normal.
-void apply_stage_priority(bool idle) {
-  if (!idle) return;
-  sched_param param{};
-  pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);
-}
+// Scheduling of the non-encoder stages (docs/precompute.md, "Performance"). Under "auto" they
+// start at SCHED_IDLE, which keeps the cores for a compute-bound encoder; once the encoder has
+// shown that it is busy less than half the time (a light, I/O-bound encoder), every stage moves
+// to normal scheduling, where the I/O thread is the bottleneck and must not wait for gaps.
+class StagePriority {
+ public:
+  explicit StagePriority(const std::string& mode)
+      : state_(mode == "normal" ? kNormal : mode == "idle" ? kIdle : kUndecided) {}
+
+  // Called by each stage thread at start and then once per item: applies the current decision.
+  void follow(bool& normal_now) const {
+    const int s = state_.load(std::memory_order_relaxed);
+    const bool want_normal = s == kNormal;
+    if (want_normal == normal_now) return;
+    sched_param param{};
+    // Leaving SCHED_IDLE may be refused without privileges (RLIMIT_NICE): then the stage stays idle.
+    if (pthread_setschedparam(pthread_self(), want_normal ? SCHED_OTHER : SCHED_IDLE, &param) == 0 || !want_normal) {
+      normal_now = want_normal;
+    } else {
+      normal_now = true;  // do not retry every item
+    }
+  }
+  // The encoder thread reports how busy it has been; decided once, after 0.2 s of steady work.
+  void observe(double encoder_busy_seconds, double elapsed_seconds) {
+    if (state_.load(std::memory_order_relaxed) != kUndecided || elapsed_seconds < 0.2) return;
+    state_ = encoder_busy_seconds < 0.5 * elapsed_seconds ? kNormal : kIdle;
+  }
+  std::string decision() const {
+    const int s = state_.load();
+    return s == kNormal ? "normal" : s == kIdle ? "idle" : "idle (undecided)";
+  }
+
+ private:
+  enum { kUndecided, kIdle, kNormal };
+  std::atomic<int> state_;
+};
 
 template <typename Body>
 std::thread stage(RunContext& ctx, Body body) {
@@ -257,6 +289,7 @@ nlohmann::json PrecomputeSummary::to_json() const {
   nlohmann::json j;
   j["windows"] = windows;
   j["windows_skipped"] = windows_skipped;
+  j["stage_priority"] = stage_priority;
   j["crops_total"] = crops_total;
   j["crops_computed"] = crops_computed;
   j["crops_skipped"] = crops_skipped;
@@ -419,6 +452,9 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   BoundedQueue<EncodedBatch> encoded_queue(2);
   BoundedQueue<RowBatch> row_queue(2);
   RunContext ctx;
+  StagePriority priority(opt.stage_priority);
+  std::optional<Clock::time_point> first_encode;  // encoder thread only
+  double encode_seconds_at_first = 0;
   ctx.on_failure([&] {
     raw_queue.close();
     crop_queue.close();
@@ -445,12 +481,14 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
 
   // Stage 1 (the only HDF5 thread): read windows, write finished rows.
   std::thread io_thread = stage(ctx, [&] {
-    apply_stage_priority(opt.idle_stages);
+    bool normal_now = true;  // threads start at normal scheduling
+    priority.follow(normal_now);
     h5::silence_errors_on_this_thread();
     std::size_t next = 0;
     bool reading_done = false;
     bool levels_set = false;
     while (!ctx.failed()) {
+      priority.follow(normal_now);
       if (auto rows = row_queue.try_pop()) {
         const auto t0 = Clock::now();
         try {
@@ -495,9 +533,11 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
 
   // Stage 2: crop, hash, skip what is cached, normalise.
   std::thread prep_thread = stage(ctx, [&] {
-    apply_stage_priority(opt.idle_stages);
+    bool normal_now = true;  // threads start at normal scheduling
+    priority.follow(normal_now);
     const auto& committed = store.committed();
     while (auto raw = raw_queue.pop()) {
+      priority.follow(normal_now);
       auto t0 = Clock::now();
       const WindowInfo& info = windows[raw->index];
       for (const Bounds& bounds : crop_grid(info.bounds, opt.grid)) {
@@ -541,6 +581,14 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       sync_device(opt.device);
       encode_seconds += seconds_since(t0);
       ++encoder_calls;
+      // Judged on steady-state batches only: the batch-size trials run the encoder back to back.
+      if (chosen_batch > 0) {
+        if (!first_encode) {
+          first_encode = t0;
+          encode_seconds_at_first = encode_seconds - seconds_since(t0);
+        }
+        priority.observe(encode_seconds - encode_seconds_at_first, seconds_since(*first_encode));
+      }
       if (hooks.on_encoder_call) hooks.on_encoder_call(batch.size(0));
       return out;
     };
@@ -642,10 +690,12 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
 
   // Stage 4: check, convert to the storage dtype (by torch, never HDF5), gather labels.
   std::thread convert_thread = stage(ctx, [&] {
-    apply_stage_priority(opt.idle_stages);
+    bool normal_now = true;  // threads start at normal scheduling
+    priority.follow(normal_now);
     const at::ScalarType target = torch_type(opt.storage.dtype);
     std::vector<LevelSpec> specs;
     while (auto encoded = encoded_queue.pop()) {
+      priority.follow(normal_now);
       const auto t0 = Clock::now();
       if (specs.empty()) specs = ctx.levels();
       RowBatch rows;
@@ -714,6 +764,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   const ConsolidateStats consolidated = store.consolidate();
 
   summary.crops_skipped = skipped;
+  summary.stage_priority = priority.decision();
   summary.crops_stale = stale;
   summary.crops_computed = written;
   summary.bytes_written = computed_bytes;

@@ -28,6 +28,7 @@ struct PrecomputeSummary {
   nlohmann::json batch_size_trials = nlohmann::json::array();
   std::string device;
   int threads = 0;
+  std::string stage_priority;  // how the non-encoder stages ran: idle or normal
   double read_seconds = 0, prep_seconds = 0, convert_seconds = 0, write_seconds = 0;
   double consolidate_seconds = 0;
   std::int64_t superseded_rows = 0;

@@ -58,8 +58,9 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("segment-mb", "... or whenever this many MiB of features are pending", &O::segment_mb);
     t.add("no-fsync", "Skip fsync on commit (survives SIGKILL, not power loss)", &O::fsync).negated = true;
     t.add("stage-priority",
-        "Scheduling of reading/converting/writing: idle (leave the cores to the encoder) or normal "
-        "(machines shared with other busy jobs)",
+        "Scheduling of reading/converting/writing: auto (idle while the encoder keeps the cores busy, "
+        "normal for light encoders), idle (leave the cores to the encoder) or normal (machines shared "
+        "with other busy jobs)",
         &O::stage_priority);
     return t.take();
   }();
