@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "embcache/core/files.hpp"
+#include "embcache/core/parse.hpp"
 
 namespace embcache {
 namespace {
@@ -22,10 +23,7 @@ std::string csv_cell(const nlohmann::json& v) {
     o << std::setprecision(8) << v.get<double>();
     s = o.str();
   } else s = v.dump();
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
+  return csv_field(s);
 }
 
 nlohmann::json scalars(const nlohmann::json& metrics) {

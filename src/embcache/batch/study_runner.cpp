@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <set>
 #include <sstream>
@@ -235,13 +234,7 @@ void run_study(const RunStudyOptions& options) {
     std::vector<nlohmann::json> rows;
     std::map<std::size_t, bool> written;
     ProbeHooks hooks;
-    nlohmann::json pass_metrics;
-    // The hook runs after the pass's metrics.json is written; read it for the shared fields.
     hooks.on_combination = [&](const CombinationOutcome& c) {
-      if (pass_metrics.is_null()) {
-        std::ifstream in(pass.options.out + "/metrics.json");
-        pass_metrics = nlohmann::json::parse(in);
-      }
       for (auto r : pass.runs) {
         const ProbeRun& run = study.runs[r];
         if (written.count(r)) continue;
@@ -250,7 +243,7 @@ void run_study(const RunStudyOptions& options) {
           continue;
         }
         fs::create_directories(run.options.out);
-        const nlohmann::json m = run_metrics(pass_metrics, run, c, pass.runs.size());
+        const nlohmann::json m = run_metrics(*c.run_metrics, run, c, pass.runs.size());
         write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
         write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
         c.save_head(run.options.out + "/head.pt.tmp");

@@ -18,6 +18,8 @@ std::int64_t parse_int(const std::string& text, const std::string& what);
 std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const std::string& what);
 // "512M", "8G", "1.5GiB", "1000000" -> bytes (K/M/G/T are powers of 1024).
 std::int64_t parse_bytes(const std::string& text, const std::string& what);
+// A CSV field: quoted (with doubled quotes) when it holds a comma, a quote or a newline.
+std::string csv_field(const std::string& text);
 // Human-readable byte count: 1536 -> "1.5 KiB".
 std::string format_bytes(double bytes);
 

@@ -16,6 +16,7 @@
 #include <optional>
 #include <thread>
 
+#include "embcache/core/clock.hpp"
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
@@ -35,12 +36,6 @@
 
 namespace embcache {
 namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
 
 // Options turned into typed values; every UsageError is raised here, before any work.
 struct Resolved {

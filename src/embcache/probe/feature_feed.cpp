@@ -8,14 +8,13 @@
 #include <exception>
 #include <thread>
 
+#include "embcache/core/clock.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
 
 namespace embcache {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 struct CpuBatch {
   std::vector<at::Tensor> columns;

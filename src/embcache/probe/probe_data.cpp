@@ -11,8 +11,6 @@
 namespace embcache {
 namespace {
 
-const char* kSplitOptions[3] = {"--train-split", "--val-split", "--test-split"};
-
 // FNV-1a of the window key: the same window always lands on the same side of a --val-fraction
 // carve, whatever the seed, and all crops of a window stay together (no leakage across splits).
 std::uint64_t window_hash(const std::string& group, const std::string& window) {
@@ -188,23 +186,13 @@ void ProbeData::load_targets(const ProbeOptions& options) {
   }
   std::vector<at::Tensor> per_cache;
   for (const auto& cache : caches_) {
-    const RowBatch labels = [&] {
-      // Only the label columns are needed; read_rows would also read features, so read directly.
-      RowBatch b;
-      if (task_ == ProbeTask::kClassification) {
-        b.label_class = at::empty({cache->rows()}, at::kLong);
-        h5::read_rows(h5::open_dataset(cache->file(), cache_paths::kLabelClass).get(), H5T_NATIVE_INT64,
-                      0, hsize_t(cache->rows()), b.label_class.data_ptr(), cache->path());
-      } else {
-        const auto width = cache->label_kinds().value_width;
-        b.label_value = width > 0 ? at::empty({cache->rows(), width}, at::kFloat)
-                                  : at::empty({cache->rows(), 1}, at::kFloat);
-        h5::read_rows(h5::open_dataset(cache->file(), cache_paths::kLabelValue).get(), H5T_NATIVE_FLOAT,
-                      0, hsize_t(cache->rows()), b.label_value.data_ptr(), cache->path());
-      }
-      return b;
-    }();
-    per_cache.push_back(task_ == ProbeTask::kClassification ? labels.label_class : labels.label_value);
+    // Only the label column: read_rows would also read every feature.
+    const bool classes = task_ == ProbeTask::kClassification;
+    const std::int64_t width = std::max<std::int64_t>(1, cache->label_kinds().value_width);
+    at::Tensor labels = classes ? at::empty({cache->rows()}, at::kLong) : at::empty({cache->rows(), width}, at::kFloat);
+    h5::read_rows(h5::open_dataset(cache->file(), classes ? cache_paths::kLabelClass : cache_paths::kLabelValue).get(),
+                  classes ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, 0, hsize_t(cache->rows()), labels.data_ptr(), cache->path());
+    per_cache.push_back(labels);
   }
   for (int s = 0; s < 3; ++s) targets_[s] = gather_targets(splits_[s], per_cache);
 

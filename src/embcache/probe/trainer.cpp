@@ -13,6 +13,7 @@
 #include <set>
 #include <sstream>
 
+#include "embcache/core/clock.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
 #include "embcache/core/memory_info.hpp"
@@ -28,8 +29,6 @@
 namespace embcache {
 namespace {
 
-using Clock = std::chrono::steady_clock;
-double seconds_since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
 
 // One point of the grid: a head on a level set with a learning rate and weight decay.
 struct Combination {
@@ -176,13 +175,6 @@ std::int64_t budget_bytes(const std::string& text, std::int64_t automatic, const
   return text == "auto" ? automatic : parse_bytes(text, what);
 }
 
-std::string csv_escape(const std::string& s) {
-  if (s.find_first_of(",\"\n") == std::string::npos) return s;
-  std::string out = "\"";
-  for (char c : s) out += c == '"' ? std::string("\"\"") : std::string(1, c);
-  return out + "\"";
-}
-
 }  // namespace
 
 std::string history_csv(const nlohmann::json& metrics) {
@@ -191,7 +183,7 @@ std::string history_csv(const nlohmann::json& metrics) {
   csv << "epoch,combination,head,levels,lr,weight_decay,train_loss,val_" << primary << ",seconds\n";
   for (const auto& row : metrics["history"]) {
     const auto& v = row["val"].value(primary, nlohmann::json(nullptr));
-    csv << row["epoch"].get<std::int64_t>() << "," << csv_escape(row["combination"].get<std::string>()) << ","
+    csv << row["epoch"].get<std::int64_t>() << "," << csv_field(row["combination"].get<std::string>()) << ","
         << row["head"].get<std::string>() << "," << row["levels"].get<std::string>() << ","
         << format_number(row["lr_base"].get<double>()) << "," << format_number(row["weight_decay"].get<double>()) << ","
         << format_number(row["train_loss"].get<double>()) << "," << (v.is_number() ? format_number(v.get<double>()) : "")
@@ -630,6 +622,7 @@ class Trainer {
         outcome.test = c.test.is_null() ? nlohmann::json::object() : c.test;
         outcome.test_ci95 = c.test_ci;
         outcome.best = i == best;
+        outcome.run_metrics = &j;
         outcome.history = nlohmann::json::array();
         for (const auto& row : history) {
           if (row["combination"] == c.id) outcome.history.push_back(row);

@@ -27,6 +27,7 @@ struct CombinationOutcome {
   nlohmann::json val, test, test_ci95;  // metrics at the best epoch; test_ci95 with --bootstrap
   nlohmann::json history;               // this combination's rows of metrics.json "history"
   bool best = false;                    // the combination the run picked
+  const nlohmann::json* run_metrics = nullptr;  // the whole run's metrics.json, as written
   std::function<void(const std::string& path)> save_head;  // valid during the callback only
 };
 
