@@ -91,6 +91,38 @@ TEST_CASE("byte sizes parse with binary units and reject nonsense") {
   CHECK_THROWS_AS(parse_bytes("-1G", "--host-memory-budget"), UsageError);
 }
 
+TEST_CASE("bank optimizers: one AdamW and one SGD step by hand; inactive members do not move") {
+  // Three members of two elements, gradient 0.5 everywhere; member 1 is inactive. float32 on the
+  // CPU takes the fused loop; float64 the tensor expressions used on the GPU: both must agree.
+  const std::vector<bool> active = {true, false, true};
+  for (const at::ScalarType dtype : {at::kFloat, at::kDouble}) {
+    INFO("dtype " << c10::toString(dtype));
+    auto make = [dtype] {
+      at::Tensor p = at::ones({3, 2}, at::TensorOptions().dtype(dtype)).requires_grad_(true);
+      p.mutable_grad() = at::full({3, 2}, 0.5, at::TensorOptions().dtype(dtype));
+      return p;
+    };
+    // AdamW: after bias correction the first step is lr * sign(grad), plus decoupled decay.
+    at::Tensor p = make();
+    BankOptimizer adamw(OptimizerKind::kAdamW, {p}, {0.1, 0.1, 0.01}, {0.01, 0.01, 0.0});
+    adamw.step(1.0, active);
+    CHECK(p[0][0].item<double>() == doctest::Approx(1.0 * (1 - 0.1 * 0.01) - 0.1).epsilon(1e-6));
+    CHECK(p[1][1].item<double>() == 1.0);
+    CHECK(p[2][1].item<double>() == doctest::Approx(1.0 - 0.01).epsilon(1e-6));
+
+    // SGD with momentum 0.9: the buffer starts at grad + decay * p.
+    p = make();
+    BankOptimizer sgd(OptimizerKind::kSgd, {p}, {0.1, 0.1, 0.01}, {0.01, 0.01, 0.0});
+    sgd.step(0.5, active);  // schedule factor 0.5
+    const double p1 = 1.0 - 0.05 * 0.51;
+    CHECK(p[0][1].item<double>() == doctest::Approx(p1).epsilon(1e-6));
+    CHECK(p[1][0].item<double>() == 1.0);
+    CHECK(p[2][0].item<double>() == doctest::Approx(1.0 - 0.005 * 0.5).epsilon(1e-6));
+    sgd.step(0.5, active);
+    CHECK(p[0][1].item<double>() == doctest::Approx(p1 - 0.05 * (0.9 * 0.51 + 0.5 + 0.01 * p1)).epsilon(1e-6));
+  }
+}
+
 TEST_CASE("head banks: every member of a linear bank trains exactly like a lone head") {
   HeadConfig config;
   config.task = ProbeTask::kClassification;

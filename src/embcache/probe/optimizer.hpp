@@ -30,6 +30,9 @@ class BankOptimizer {
   void zero_grad();
 
  private:
+  void step_aten(std::size_t i, const at::Tensor& grad, const std::vector<double>& lr, const std::vector<double>& decay,
+                 double c1, double c2);
+
   OptimizerKind kind_;
   std::vector<at::Tensor> params_, first_, second_;
   std::vector<double> lr_, weight_decay_;
