@@ -86,12 +86,17 @@ disk_full cons.h5 --segment-mb 4
 fx same full-reference.h5 cons.h5
 
 # Ctrl-C: stops cleanly, exit 130, everything finished is in the cache, a rerun completes it.
-"$EMBCACHE" precompute --encoder "$ENC/heavy.pt" --dataset big.h5 --crop-size 32 --quiet --batch-size 8 \
-  --out heavy-reference.h5 --no-fsync >/dev/null
-"$EMBCACHE" precompute --encoder "$ENC/heavy.pt" --dataset big.h5 --crop-size 32 --quiet --batch-size 8 \
-  --out int.h5 >/dev/null 2>int.err &
+# The signal is sent once the first segment is committed (not after a fixed sleep, which a faster
+# pipeline outruns), with most of the 2400 crops still to do.
+fx dataset long.h5 --n 600 --height 64 --width 64 --dtype uint8
+HEAVY=(--encoder "$ENC/heavy.pt" --dataset long.h5 --crop-size 32 --quiet --batch-size 8)
+"$EMBCACHE" precompute "${HEAVY[@]}" --out heavy-reference.h5 --no-fsync >/dev/null
+"$EMBCACHE" precompute "${HEAVY[@]}" --out int.h5 --segment-mb 4 >/dev/null 2>int.err &
 pid=$!
-sleep 0.8
+for _ in $(seq 600); do
+  compgen -G "int.h5.segments/seg-*.h5" >/dev/null && break
+  sleep 0.05
+done
 kill -INT "$pid"
 rc=0
 wait "$pid" || rc=$?
@@ -99,8 +104,7 @@ wait "$pid" || rc=$?
 grep -q "rerun the same command to finish" int.err || fail "Ctrl-C message: $(cat int.err)"
 [[ -e int.h5 && ! -e int.h5.segments ]] || fail "Ctrl-C did not consolidate what was done"
 "$EMBCACHE" inspect int.h5 >/dev/null
-"$EMBCACHE" precompute --encoder "$ENC/heavy.pt" --dataset big.h5 --crop-size 32 --quiet --batch-size 8 \
-  --out int.h5 --summary-json int.json >/dev/null
+"$EMBCACHE" precompute "${HEAVY[@]}" --out int.h5 --summary-json int.json >/dev/null
 "$PYTHON" -c "import json; j = json.load(open('int.json')); assert j['crops_skipped'] > 0 and j['crops_computed'] > 0, j"
 fx same heavy-reference.h5 int.h5
 echo "e2e_cli_errors: all checks passed"

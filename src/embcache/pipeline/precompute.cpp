@@ -32,6 +32,7 @@
 #include "embcache/pipeline/bounded_queue.hpp"
 #include "embcache/pipeline/cancellation.hpp"
 #include "embcache/store/cache_store.hpp"
+#include "embcache/store/finite_check.hpp"
 #include "embcache/store/fletcher32.hpp"
 
 namespace embcache {
@@ -130,24 +131,43 @@ std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, con
   return h;
 }
 
-// Checksums of the writer's future chunks, computed here so the I/O thread (the bottleneck of
-// fast encoders) does not: blocks of R rows, R the chunk rule's rows per chunk. The writer uses
-// a block's checksum only where its chunk grid lines up with it, and computes the rest.
-void add_chunk_checksums(RowBatch& rows, const std::vector<LevelSpec>& specs, const StorageOptions& storage) {
-  if (!storage.checksum || storage.compression.kind != Compression::Kind::kNone || specs.size() != rows.levels.size()) return;
+// One pass over the stored bytes of every level, block by block while the block is in cache:
+// the NaN/Inf check (unless allowed), and the checksums of the writer's future chunks, computed
+// here so the I/O thread (the bottleneck of fast encoders) does not. Blocks are R rows, R the
+// chunk rule's rows per chunk; the writer uses a block's checksum only where its chunk grid lines
+// up with it, and computes the rest. Returns the level and row of the first NaN/Inf, if any.
+struct NonfiniteAt {
+  std::size_t level;
+  std::int64_t row;
+};
+std::optional<NonfiniteAt> scan_rows(RowBatch& rows, const std::vector<LevelSpec>& specs, const StorageOptions& storage,
+                                     bool check_finite) {
+  const std::int64_t n = rows.levels.empty() ? 0 : rows.levels.front().size(0);
+  if (n == 0) return std::nullopt;
   const std::size_t elem = element_size(storage.dtype);
   std::int64_t r = std::int64_t(1) << 30;
   for (const auto& spec : specs) r = std::min<std::int64_t>(r, std::int64_t(chunk_shape(spec.row_shape, elem)[0]));
-  const std::int64_t n = rows.levels.empty() ? 0 : rows.levels.front().size(0);
-  if (n < r) return;
-  rows.checksum_rows = r;
-  for (const auto& t : rows.levels) {
-    const std::size_t block_bytes = std::size_t(t.nbytes() / std::size_t(n)) * std::size_t(r);
+  const bool sums = storage.checksum && storage.compression.kind == Compression::Kind::kNone &&
+                    specs.size() == rows.levels.size() && n >= r;
+  if (sums) rows.checksum_rows = r;
+  const std::int64_t block = sums ? r : n;
+  for (std::size_t k = 0; k < rows.levels.size(); ++k) {
+    const at::Tensor& t = rows.levels[k];
+    const std::size_t row_values = std::size_t(t.numel() / n);
+    const std::size_t row_bytes = row_values * elem;
     const auto* data = static_cast<const std::uint8_t*>(t.data_ptr());
-    std::vector<std::uint32_t> sums;
-    for (std::int64_t k = 0; k + r <= n; k += r) sums.push_back(fletcher32(data + std::size_t(k / r) * block_bytes, block_bytes));
-    rows.level_checksums.push_back(std::move(sums));
+    std::vector<std::uint32_t> level_sums;
+    for (std::int64_t first = 0; first < n; first += block) {
+      const std::int64_t count = std::min(block, n - first);
+      const std::uint8_t* at = data + std::size_t(first) * row_bytes;
+      if (check_finite && !all_finite(at, std::size_t(count) * row_values, storage.dtype)) {
+        return NonfiniteAt{k, first + first_nonfinite_row(at, count, row_values, storage.dtype)};
+      }
+      if (sums && count == r) level_sums.push_back(fletcher32(at, std::size_t(r) * row_bytes));
+    }
+    if (sums) rows.level_checksums.push_back(std::move(level_sums));
   }
+  return std::nullopt;
 }
 
 // The shared state of one run: the first error wins and closes every queue.
@@ -695,24 +715,17 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       if (specs.empty()) specs = ctx.levels();
       RowBatch rows;
       for (std::size_t k = 0; k < encoded->levels.size(); ++k) {
-        at::Tensor stored = encoded->levels[k].to(target);
-        // One reduction pass: NaN/Inf anywhere makes the sum non-finite. Only then (or when huge
-        // finite values overflow the sum) is the exact per-row check paid.
-        if (!options.allow_nonfinite && !std::isfinite(stored.sum(at::kFloat).item<float>())) {
-          const at::Tensor bad = at::isfinite(stored).logical_not().flatten(1).any(1);
-          if (bad.any().item<bool>()) {
-            const std::int64_t row = bad.nonzero()[0][0].item<std::int64_t>();
-            throw InputError("level " + specs[k].name + " of crop " +
-                             encoded->items[std::size_t(row)].key.describe() +
-                             " has NaN/Inf features (or values too large for " +
-                             to_string(opt.storage.dtype) +
-                             "); fix the encoder or input, or pass --allow-nonfinite to store them");
-          }
-        }
+        // By torch, never by HDF5; values too large for a 16-bit dtype become Inf here.
+        const at::Tensor stored = encoded->levels[k].to(target);
         rows.levels.push_back(stored.to(at::kCPU).contiguous());
         computed_bytes += std::int64_t(rows.levels.back().nbytes());
       }
-      add_chunk_checksums(rows, specs, opt.storage);
+      if (const auto bad = scan_rows(rows, specs, opt.storage, !options.allow_nonfinite)) {
+        throw InputError("level " + specs[bad->level].name + " of crop " +
+                         encoded->items[std::size_t(bad->row)].key.describe() +
+                         " has NaN/Inf features (or values too large for " + to_string(opt.storage.dtype) +
+                         "); fix the encoder or input, or pass --allow-nonfinite to store them");
+      }
       std::vector<std::int64_t> classes;
       std::vector<at::Tensor> values, masks, pixel_values;
       for (auto& item : encoded->items) {
