@@ -58,10 +58,15 @@ int main(int argc, char** argv) {
   app.add_flag("!--fsync-off", options.fsync);
   app.add_option("--plain-write-mb", plain_mb);
   app.add_option("--stage-priority", options.stage_priority);
+  app.add_option("--threads", options.threads);
   CLI11_PARSE(app, argc, argv);
   options.overwrite = true;
   options.quiet = true;
   try {
+    // Like the yardstick, the run writes a fresh file: the output of an earlier benchmark run is
+    // removed before the clock starts (--overwrite would remove it inside the timed run).
+    std::filesystem::remove(options.out);
+    std::filesystem::remove_all(options.out + ".segments");
     // The yardstick is measured before and after the run (page-cache state changes it) and the
     // faster of the two is used: the comparison never flatters embcache.
     const double plain_before = plain_hdf5_write_mb_per_s(options.out + ".plain.h5", plain_mb);

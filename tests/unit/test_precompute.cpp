@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "embcache/core/error.hpp"
+#include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_store.hpp"
@@ -381,4 +382,26 @@ TEST_CASE("uint16 pixels beyond int16's range are read exactly") {
   const RowBatch a = CacheFileReader(caches[0]).read_rows(0, 2);
   const RowBatch b = CacheFileReader(caches[1]).read_rows(0, 2);
   REQUIRE(at::equal(a.levels[0], b.levels[0]));
+}
+
+TEST_CASE("a light encoder is advised to leave a core to the writer; the stage priority decides once") {
+  // The light benchmark encoder measured 4-11 GB/s on 2 threads, the heavy ones 0.1-0.2 GB/s.
+  CHECK(encoder_threads_for(10e9, 2) == 1);
+  CHECK(encoder_threads_for(0.2e9, 2) == 2);
+  CHECK(encoder_threads_for(3.9e9, 2) == 2);  // 1.95 GB/s on one thread: short of the writer
+  CHECK(encoder_threads_for(4.0e9, 2) == 1);
+  CHECK(encoder_threads_for(2.5e9, 16) == 15);
+  CHECK(encoder_threads_for(1e12, 1) == 1);  // never below one thread
+
+  StagePriority busy("auto"), light("auto"), idle("idle");
+  busy.observe(0.19, 0.19);  // not yet 0.2 s of steady encoding
+  CHECK(busy.decision() == "idle (undecided)");
+  busy.observe(0.3, 0.4);
+  CHECK(busy.decision() == "idle");
+  busy.observe(0.1, 10.0);  // decided once
+  CHECK(busy.decision() == "idle");
+  light.observe(0.05, 0.4);
+  CHECK(light.decision() == "normal");
+  idle.observe(0.05, 0.4);
+  CHECK(idle.decision() == "idle");
 }

@@ -109,6 +109,35 @@ TEST_CASE("cache files round-trip every column, across several appends") {
   REQUIRE(index.pixel_hashes[7] == 7 * 0x9E3779B97F4A7C15ULL);
 }
 
+TEST_CASE("cache files round-trip the index across the writer's index buffer (thousands of rows)") {
+  // The writer gathers index columns and writes them every few thousand rows: batches of 7 rows
+  // over 10000 rows cross that boundary mid-batch, and the tail is written at close.
+  testing::TempDir dir;
+  const std::string path = dir.file("many.h5");
+  LabelKinds labels;
+  labels.has_class = true;
+  const std::int64_t total = 10000, batch = 7;
+  {
+    CacheFileWriter writer(path, test_signature(StorageDtype::kFloat32), {feat_level({2})}, labels, StorageOptions{});
+    for (std::int64_t first = 0; first < total; first += batch) {
+      const std::int64_t n = std::min(batch, total - first);
+      writer.append(make_rows(n, first, StorageDtype::kFloat32, at::arange(first * 2, (first + n) * 2).view({n, 2}).to(at::kFloat)));
+    }
+    writer.close();
+  }
+  CacheFileReader reader(path);
+  REQUIRE(reader.rows() == total);
+  const CacheIndex index = reader.read_index();
+  REQUIRE(index.windows.size() == std::size_t(total));
+  for (std::int64_t i : {std::int64_t(0), std::int64_t(4095), std::int64_t(4096), std::int64_t(8191), total - 1}) {
+    CAPTURE(i);
+    CHECK(index.windows[std::size_t(i)] == "w" + std::to_string(i));
+    CHECK(index.bounds[std::size_t(4 * i)] == i);
+    CHECK(index.pixel_hashes[std::size_t(i)] == std::uint64_t(i) * 0x9E3779B97F4A7C15ULL);
+    CHECK(reader.read_rows(i, 1).levels[0][0][1].item<float>() == float(2 * i + 1));
+  }
+}
+
 TEST_CASE("chunks hold whole rows up to 1 MiB, and split huge rows by channel") {
   const auto small = chunk_shape({16, 4, 4}, 4);  // 1 KiB rows
   REQUIRE(small == std::vector<hsize_t>{1024, 16, 4, 4});

@@ -2,8 +2,6 @@
 
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
-#include <pthread.h>
-#include <sched.h>
 #include <torch/cuda.h>
 
 #include <algorithm>
@@ -31,6 +29,7 @@
 #include "embcache/encoder/preprocess.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
 #include "embcache/pipeline/cancellation.hpp"
+#include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/store/cache_store.hpp"
 #include "embcache/store/finite_check.hpp"
 #include "embcache/store/fletcher32.hpp"
@@ -204,49 +203,6 @@ class RunContext {
   std::vector<LevelSpec> levels_;
 };
 
-// With --stage-priority idle the stages around the encoder run under SCHED_IDLE. On a machine
-// whose cores the encoder's intra-op threads fill, a stage that takes a core from one of them
-// stalls a whole parallel region (measured: the encoder ran 20-30% slower inside the pipeline
-// than alone on 2 cores). As idle threads they run in the encoder's gaps, or while it waits on
-// a full queue. Against our own encoder that balances itself; other busy processes can starve
-// them, hence --stage-priority normal.
-// Scheduling of the non-encoder stages (docs/precompute.md, "Performance"). Under "auto" they
-// start at SCHED_IDLE, which keeps the cores for a compute-bound encoder; once the encoder has
-// shown that it is busy less than half the time (a light, I/O-bound encoder), every stage moves
-// to normal scheduling, where the I/O thread is the bottleneck and must not wait for gaps.
-class StagePriority {
- public:
-  explicit StagePriority(const std::string& mode)
-      : state_(mode == "normal" ? kNormal : mode == "idle" ? kIdle : kUndecided) {}
-
-  // Called by each stage thread at start and then once per item: applies the current decision.
-  void follow(bool& normal_now) const {
-    const int s = state_.load(std::memory_order_relaxed);
-    const bool want_normal = s == kNormal;
-    if (want_normal == normal_now) return;
-    sched_param param{};
-    // Leaving SCHED_IDLE may be refused without privileges (RLIMIT_NICE): then the stage stays idle.
-    if (pthread_setschedparam(pthread_self(), want_normal ? SCHED_OTHER : SCHED_IDLE, &param) == 0 || !want_normal) {
-      normal_now = want_normal;
-    } else {
-      normal_now = true;  // do not retry every item
-    }
-  }
-  // The encoder thread reports how busy it has been; decided once, after 0.2 s of steady work.
-  void observe(double encoder_busy_seconds, double elapsed_seconds) {
-    if (state_.load(std::memory_order_relaxed) != kUndecided || elapsed_seconds < 0.2) return;
-    state_ = encoder_busy_seconds < 0.5 * elapsed_seconds ? kNormal : kIdle;
-  }
-  std::string decision() const {
-    const int s = state_.load();
-    return s == kNormal ? "normal" : s == kIdle ? "idle" : "idle (undecided)";
-  }
-
- private:
-  enum { kUndecided, kIdle, kNormal };
-  std::atomic<int> state_;
-};
-
 template <typename Body>
 std::thread stage(RunContext& ctx, Body body) {
   return std::thread([&ctx, body]() mutable {
@@ -320,6 +276,8 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["batch_size_trials"] = batch_size_trials;
   j["device"] = device;
   j["threads"] = threads;
+  j["feature_bytes_per_encoder_second"] = feature_bytes_per_encoder_second;
+  if (!threads_hint.empty()) j["threads_hint"] = threads_hint;
   j["stage_seconds"] = {{"read", read_seconds},       {"prep", prep_seconds},
                         {"encode", encoder_seconds},  {"convert", convert_seconds},
                         {"write", write_seconds},     {"consolidate", consolidate_seconds}};
@@ -333,13 +291,14 @@ std::string PrecomputeSummary::one_line() const {
   char line[512];
   std::snprintf(line, sizeof line,
                 "precompute%s: %lld crops (%lld computed, %lld cached, %lld stale) from %lld windows "
-                "in %.2fs, %.1f crops/s, %s written, %s on %s",
+                "in %.2fs, %.1f crops/s, %s written, %s on %s%s",
                 interrupted ? " INTERRUPTED" : "", (long long)crops_total, (long long)crops_computed,
                 (long long)crops_skipped, (long long)crops_stale, (long long)windows, seconds,
                 seconds > 0 ? double(crops_computed) / seconds : 0.0,
                 format_bytes(double(bytes_written)).c_str(),
                 batch_size > 0 ? ("batch " + std::to_string(batch_size)).c_str() : "nothing to encode",
-                device.c_str());
+                device.c_str(),
+                device == "cpu" ? (", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads")).c_str() : "");
   std::string text = line;
   for (const auto& [why, n] : windows_skipped) text += "; " + std::to_string(n) + " windows skipped (" + why + ")";
   return text;
@@ -459,7 +418,6 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   for (const auto& [why, n] : source->skipped()) summary.windows_skipped[why] = n;
   for (const auto& w : windows) summary.crops_total += std::int64_t(crop_grid(w.bounds, opt.grid).size());
   summary.device = opt.device.str();
-  summary.threads = opt.threads;
 
   const std::int64_t max_batch = opt.batch_size > 0 ? opt.batch_size : (opt.device.is_cuda() ? 256 : 64);
   BoundedQueue<RawWindow> raw_queue(2);
@@ -779,6 +737,16 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   summary.encoder_seconds = encode_seconds;
   summary.encoder_calls = encoder_calls;
   summary.batch_size = chosen_batch;
+  summary.threads = opt.threads;
+  summary.feature_bytes_per_encoder_second = encode_seconds > 0 ? double(computed_bytes) / encode_seconds : 0.0;
+  // Timing decides nothing here (features may differ in the last bit between thread counts, and
+  // resumed runs must match uninterrupted ones): a light encoder gets advice instead.
+  if (!opt.device.is_cuda() && opt.threads > 1 &&
+      encoder_threads_for(summary.feature_bytes_per_encoder_second, opt.threads) < opt.threads) {
+    summary.threads_hint = "the encoder makes " + format_bytes(summary.feature_bytes_per_encoder_second) +
+                           "/s of features, faster than they can be written: --threads " +
+                           std::to_string(opt.threads - 1) + " leaves a core to the writer and is faster";
+  }
   summary.batch_size_trials = trials;
   summary.read_seconds = read_seconds;
   summary.prep_seconds = prep_seconds;

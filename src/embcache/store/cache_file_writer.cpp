@@ -152,12 +152,15 @@ void CacheFileWriter::append(const RowBatch& batch) {
       batch.pixel_hashes.size() != n || batch.levels.size() != levels_.size()) {
     throw Error(ExitCode::kInternal, "row batch columns have different lengths");
   }
-  h5::append_strings(group_.get(), batch.groups, path_ + ":/index/group");
-  h5::append_strings(window_.get(), batch.windows, path_ + ":/index/window");
-  h5::append_strings(split_.get(), batch.splits, path_ + ":/index/split");
-  h5::append_rows(bounds_.get(), H5T_NATIVE_INT64, n, batch.bounds.data(), path_ + ":/index/bounds");
-  h5::append_rows(pixel_hash_.get(), H5T_NATIVE_UINT64, n, batch.pixel_hashes.data(),
-                  path_ + ":/index/pixel_hash");
+  // The index columns are small per row: they are gathered and written every few thousand rows
+  // (and at close), not per batch, which cost the I/O thread 15% of its time in small writes.
+  auto gather = [](auto& into, const auto& from) { into.insert(into.end(), from.begin(), from.end()); };
+  gather(index_.groups, batch.groups);
+  gather(index_.windows, batch.windows);
+  gather(index_.splits, batch.splits);
+  gather(index_.bounds, batch.bounds);
+  gather(index_.pixel_hashes, batch.pixel_hashes);
+  if (index_.groups.size() >= kIndexRowsPerWrite) flush_index();
   for (std::size_t i = 0; i < levels_.size(); ++i) {
     const at::Tensor& t = batch.levels[i];
     check_rows(t, n, "levels/" + levels_[i].name);
@@ -272,8 +275,20 @@ void CacheFileWriter::start_writeback() {
   }
 }
 
+void CacheFileWriter::flush_index() {
+  const hsize_t n = index_.groups.size();
+  if (n == 0) return;
+  h5::append_strings(group_.get(), index_.groups, path_ + ":/index/group");
+  h5::append_strings(window_.get(), index_.windows, path_ + ":/index/window");
+  h5::append_strings(split_.get(), index_.splits, path_ + ":/index/split");
+  h5::append_rows(bounds_.get(), H5T_NATIVE_INT64, n, index_.bounds.data(), path_ + ":/index/bounds");
+  h5::append_rows(pixel_hash_.get(), H5T_NATIVE_UINT64, n, index_.pixel_hashes.data(), path_ + ":/index/pixel_hash");
+  index_ = RowBatch();
+}
+
 void CacheFileWriter::close() {
   if (!file_) return;
+  flush_index();
   for (std::size_t i = 0; i < direct_.size(); ++i) {
     if (direct_[i].enabled) flush_pending_rows(i);
   }

@@ -48,6 +48,9 @@ class CacheFileWriter {
                      const std::vector<std::uint32_t>* sums, std::size_t sum_rows);
   void write_pending_chunk(std::size_t level, const std::uint32_t* sum = nullptr);
   void flush_pending_rows(std::size_t level);
+  void flush_index();
+  static constexpr std::size_t kIndexRowsPerWrite = 4096;
+  RowBatch index_;  // index columns (groups, windows, splits, bounds, pixel hashes) not yet written
   h5::Handle create_column(const std::string& name, hid_t type, std::vector<hsize_t> row_shape,
                            hsize_t chunk_rows);
   h5::Handle create_dense_label_dataset(const char* name, hid_t type, std::int64_t height, std::int64_t width,
