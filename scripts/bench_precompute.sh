@@ -31,15 +31,12 @@ print(f"{sys.argv[2]:<22} {j['crops_per_second']:8.1f} crops/s {j['mb_per_second
       f"MB/s over plain {j['mb_per_second_over_plain']:.2f}")
 print(f"{'':<22} busy seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()) +
       f"  | {j['threads']} encoder threads, stages {j['stage_priority']}")
-if "threads_hint" in j:
-    print(f"{'':<22} note: {j['threads_hint']}")
+
 PY
 }
 
 echo "== light encoder (1x1 conv to 64 channels, 32x32 crops: 256 KiB of features per crop) =="
 run light-nofsync light.pt light.h5 --crop-size 32 --batch-size 16 --fsync-off
-# What precompute's note advises for this encoder: one core left to the writer.
-run light-threads1 light.pt light.h5 --crop-size 32 --batch-size 16 --fsync-off --threads 1
 run light-fsync light.pt light.h5 --crop-size 32 --batch-size 16
 run light-segments light.pt light.h5 --crop-size 32 --batch-size 16 --fsync-off --segment-mb 128
 run light-float16 light.pt light.h5 --crop-size 32 --batch-size 16 --fsync-off --dtype float16

@@ -384,24 +384,21 @@ TEST_CASE("uint16 pixels beyond int16's range are read exactly") {
   REQUIRE(at::equal(a.levels[0], b.levels[0]));
 }
 
-TEST_CASE("a light encoder is advised to leave a core to the writer; the stage priority decides once") {
-  // The light benchmark encoder measured 4-11 GB/s on 2 threads, the heavy ones 0.1-0.2 GB/s.
-  CHECK(encoder_threads_for(10e9, 2) == 1);
-  CHECK(encoder_threads_for(0.2e9, 2) == 2);
-  CHECK(encoder_threads_for(3.9e9, 2) == 2);  // 1.95 GB/s on one thread: short of the writer
-  CHECK(encoder_threads_for(4.0e9, 2) == 1);
-  CHECK(encoder_threads_for(2.5e9, 16) == 15);
-  CHECK(encoder_threads_for(1e12, 1) == 1);  // never below one thread
-
-  StagePriority busy("auto"), light("auto"), idle("idle");
-  busy.observe(0.19, 0.19);  // not yet 0.2 s of steady encoding
-  CHECK(busy.decision() == "idle (undecided)");
-  busy.observe(0.3, 0.4);
-  CHECK(busy.decision() == "idle");
-  busy.observe(0.1, 10.0);  // decided once
-  CHECK(busy.decision() == "idle");
-  light.observe(0.05, 0.4);
+TEST_CASE("under auto, the stages decide light or heavy once, on the fastest stored batches") {
+  // Under auto the stages decide after 8 stored batches, on the fastest: 4 MB in 2 ms is light.
+  StagePriority heavy("auto"), light("auto"), idle("idle");
+  for (int batch = 0; batch < 7; ++batch) {
+    heavy.observe(4e6, 0.05);
+    light.observe(4e6, batch == 0 ? 0.03 : 0.002);  // the first call is slow
+  }
+  CHECK(heavy.decision() == "idle (undecided)");
+  CHECK(light.decision() == "idle (undecided)");
+  heavy.observe(4e6, 0.05);
+  light.observe(4e6, 0.002);
+  CHECK(heavy.decision() == "idle");
   CHECK(light.decision() == "normal");
-  idle.observe(0.05, 0.4);
+  heavy.observe(4e6, 0.0001);  // decided once
+  CHECK(heavy.decision() == "idle");
+  for (int batch = 0; batch < 8; ++batch) idle.observe(4e6, 0.001);
   CHECK(idle.decision() == "idle");
 }

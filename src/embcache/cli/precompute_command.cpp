@@ -25,9 +25,6 @@ void run_precompute_command(const PrecomputeOptions& options) {
   const PrecomputeSummary summary = run_precompute(options);
   std::printf("%s\n", summary.one_line().c_str());
   std::fflush(stdout);
-  if (!options.quiet && !summary.threads_hint.empty()) {
-    std::fprintf(stderr, "embcache: note: %s\n", summary.threads_hint.c_str());
-  }
   if (!options.summary_json.empty()) {
     write_text_atomically(options.summary_json, summary.to_json().dump(2) + "\n", "--summary-json");
   }

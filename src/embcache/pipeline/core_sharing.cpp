@@ -1,7 +1,14 @@
 #include "embcache/pipeline/core_sharing.hpp"
 
+#include <omp.h>
 #include <pthread.h>
 #include <sched.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <chrono>
+#include <thread>
 
 namespace embcache {
 
@@ -11,6 +18,7 @@ StagePriority::StagePriority(const std::string& mode)
 void StagePriority::follow(bool& normal_now) const {
   const int s = state_.load(std::memory_order_relaxed);
   const bool want_normal = s == kNormal;
+  // Stages that run beside the encoder need the cores its idle workers would spin on.
   if (want_normal == normal_now) return;
   sched_param param{};
   // Leaving SCHED_IDLE may be refused without privileges (RLIMIT_NICE): then the stage stays idle.
@@ -21,10 +29,12 @@ void StagePriority::follow(bool& normal_now) const {
   }
 }
 
-void StagePriority::observe(double encoder_busy_seconds, double elapsed_seconds) {
-  if (state_.load(std::memory_order_relaxed) != kUndecided || elapsed_seconds < 0.2) return;
+void StagePriority::observe(double feature_bytes, double seconds) {
+  if (state_.load(std::memory_order_relaxed) != kUndecided) return;
+  fastest_rate_ = std::max(fastest_rate_, feature_bytes / std::max(seconds, 1e-9));
+  if (++observed_ < kObservedBatches) return;
   int undecided = kUndecided;
-  state_.compare_exchange_strong(undecided, encoder_busy_seconds < 0.5 * elapsed_seconds ? kNormal : kIdle);
+  state_.compare_exchange_strong(undecided, fastest_rate_ >= kWriterBytesPerSecond ? kNormal : kIdle);
 }
 
 std::string StagePriority::decision() const {
@@ -32,10 +42,25 @@ std::string StagePriority::decision() const {
   return s == kNormal ? "normal" : s == kIdle ? "idle" : "idle (undecided)";
 }
 
-int encoder_threads_for(double feature_bytes_per_second, int threads) {
-  if (threads < 2) return threads;
-  const double with_one_fewer = feature_bytes_per_second * double(threads - 1) / double(threads);
-  return with_one_fewer >= kWriterBytesPerSecond ? threads - 1 : threads;
+
+bool StagePriority::wait_decided(const std::function<bool()>& finished) const {
+  while (state_.load() == kUndecided && !finished()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  return state_.load() == kNormal;
+}
+
+OpenMpSpinThrottle::OpenMpSpinThrottle(int threads) : active_(threads >= 2) {
+  if (!active_) return;
+  // A parallel region that does (almost) nothing: its workers stay in this thread's pool,
+  // asleep, and count. (GCC removes a region that is empty.)
+  std::atomic<int> started{0};
+#pragma omp parallel num_threads(threads)
+  started.fetch_add(1, std::memory_order_relaxed);
+}
+
+OpenMpSpinThrottle::~OpenMpSpinThrottle() {
+  // Frees this thread's pool, so later work in the process (a heavy encoder, a probe) spins as
+  // libgomp would by default.
+  if (active_) omp_pause_resource_all(omp_pause_soft);
 }
 
 }  // namespace embcache

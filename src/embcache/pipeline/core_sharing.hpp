@@ -3,6 +3,7 @@
 #pragma once
 
 #include <atomic>
+#include <functional>
 #include <string>
 
 namespace embcache {
@@ -10,36 +11,59 @@ namespace embcache {
 // Scheduling of the non-encoder stages. On a machine whose cores the encoder's intra-op threads
 // fill, a stage that takes a core from one of them stalls a whole parallel region (measured: the
 // encoder ran 20-30% slower inside the pipeline than alone on 2 cores). Under SCHED_IDLE they run
-// in the encoder's gaps, or while it waits on a full queue. "auto" starts idle and moves every
-// stage to normal scheduling once the encoder proves light (the I/O thread is then the
-// bottleneck and must not wait for gaps). Other busy processes can starve idle stages, hence
-// "normal" for shared machines.
+// in the encoder's gaps, or while it waits on a full queue. "auto" starts idle and decides after
+// the first stored batches: an encoder that makes features faster than the writer can take them
+// is light, and then every stage moves to normal scheduling (the I/O thread is the bottleneck
+// and must not wait for gaps) and the encoder's OpenMP spinning is throttled. Other busy
+// processes can starve idle stages, hence "normal" for shared machines.
 class StagePriority {
  public:
   explicit StagePriority(const std::string& mode);  // auto | idle | normal
 
   // Called by each stage thread at start and then once per item: applies the current decision.
   void follow(bool& normal_now) const;
-  // Under auto, decided once after 0.2 s of steady encoding: light when the encoder was busy
-  // less than half of that time.
-  void observe(double encoder_busy_seconds, double elapsed_seconds);
+  // The encoder thread reports each stored batch: its feature bytes and encoder seconds. Under
+  // auto, decided once after kObservedBatches, on the fastest of them (the first calls of a
+  // TorchScript module are slow while its graph is optimised).
+  void observe(double feature_bytes, double seconds);
+  // Blocks until decided, or until `finished` says the run is over (polled every 2 ms); true
+  // when the stages run at normal scheduling.
+  bool wait_decided(const std::function<bool()>& finished) const;
   std::string decision() const;  // normal | idle | idle (undecided)
 
  private:
+  static constexpr int kObservedBatches = 8;
   enum { kUndecided, kIdle, kNormal };
   std::atomic<int> state_;
+  int observed_ = 0;  // encoder thread only
+  double fastest_rate_ = 0;
 };
 
-// Features per second that the I/O thread is assumed to write on one core. Measured on the
-// 2-core machine: plain HDF5 3.3-3.8 GB/s, the writer 3 GB/s; kept below both on purpose.
+// Features per second the writer is assumed to take; an encoder that makes more is light.
+// Measured on the 2-core machine: plain HDF5 3.3-3.8 GB/s, the writer ~3 GB/s. The benchmark's
+// light encoder makes 4-11 GB/s, the heavy ones 0.1-0.2 GB/s.
 constexpr double kWriterBytesPerSecond = 2e9;
 
-// The encoder threads to advise: `threads`, or one fewer when the encoder, measured with
-// `threads` threads, makes features so fast that even with one thread fewer it outpaces the
-// writer. The core it gives up goes to the writer; keeping it only stalls the encoder's parallel
-// regions whenever the writer runs (the light benchmark: 1250-1590 MB/s with 2 encoder threads,
-// 1700-1980 with 1). Advice only: features may differ in the last bit between thread counts, so
-// a timing-based choice would break bit-identical reruns.
-int encoder_threads_for(double feature_bytes_per_second, int threads);
+// While alive, idle OpenMP workers spin briefly instead of for ~3 ms before they sleep. libgomp
+// spins 300000 iterations after each parallel region by default, but only 100 while it manages
+// more OpenMP threads than there are CPUs (GCC manual, GOMP_SPINCOUNT). An encoder with one
+// thread per core keeps its workers spinning through every gap between parallel regions, on the
+// cores the reading, converting and writing threads need. This opens a second, idle team of
+// `threads` threads in the calling thread's pool, which puts libgomp over the CPU count; the
+// destructor frees that pool. Spinning never changes results. Open it from the thread that
+// starts the stages (a team opened by a stage thread did not throttle anything, measured).
+// Measured on 2 cores with the stages at normal scheduling, light benchmark: 0.43-0.50 ->
+// 0.61-0.66 of plain HDF5 speed, with a third less CPU time. Not for compute-bound encoders:
+// with 100 spins their workers sleep between regions (heavy benchmark 1.19 -> 1.24).
+class OpenMpSpinThrottle {
+ public:
+  explicit OpenMpSpinThrottle(int threads);
+  ~OpenMpSpinThrottle();
+  OpenMpSpinThrottle(const OpenMpSpinThrottle&) = delete;
+  OpenMpSpinThrottle& operator=(const OpenMpSpinThrottle&) = delete;
+
+ private:
+  bool active_;
+};
 
 }  // namespace embcache

@@ -277,7 +277,6 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["device"] = device;
   j["threads"] = threads;
   j["feature_bytes_per_encoder_second"] = feature_bytes_per_encoder_second;
-  if (!threads_hint.empty()) j["threads_hint"] = threads_hint;
   j["stage_seconds"] = {{"read", read_seconds},       {"prep", prep_seconds},
                         {"encode", encoder_seconds},  {"convert", convert_seconds},
                         {"write", write_seconds},     {"consolidate", consolidate_seconds}};
@@ -426,8 +425,6 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   BoundedQueue<RowBatch> row_queue(2);
   RunContext ctx;
   StagePriority priority(opt.stage_priority);
-  std::optional<Clock::time_point> first_encode;  // encoder thread only
-  double encode_seconds_at_first = 0;
   ctx.on_failure([&] {
     raw_queue.close();
     crop_queue.close();
@@ -444,7 +441,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   row_queue.set_listener(wake_io);
 
   std::atomic<std::int64_t> skipped{0}, stale{0}, written{0}, computed_bytes{0};
-  std::atomic<bool> io_failed{false};
+  std::atomic<bool> io_failed{false}, io_done{false};
   double read_seconds = 0, write_seconds = 0, prep_seconds = 0, encode_seconds = 0, convert_seconds = 0;
   std::int64_t encoder_calls = 0, chosen_batch = opt.batch_size;
   nlohmann::json trials = nlohmann::json::array();
@@ -479,7 +476,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         progress.update(written + skipped);
         continue;
       }
-      if (row_queue.drained()) break;
+      if (row_queue.drained()) {
+        io_done = true;
+        break;
+      }
       if (!reading_done) {
         if (stop_requested() || next >= windows.size()) {
           raw_queue.close();
@@ -548,20 +548,14 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     at::set_num_threads(opt.threads);
     std::vector<std::size_t> selected;
     std::vector<LevelSpec> specs;
+    double last_call_seconds = 0;
     auto run = [&](const at::Tensor& batch) {
       const auto t0 = Clock::now();
       EncoderOutput out = encoder.forward(batch);
       sync_device(opt.device);
-      encode_seconds += seconds_since(t0);
+      last_call_seconds = seconds_since(t0);
+      encode_seconds += last_call_seconds;
       ++encoder_calls;
-      // Judged on steady-state batches only: the batch-size trials run the encoder back to back.
-      if (chosen_batch > 0) {
-        if (!first_encode) {
-          first_encode = t0;
-          encode_seconds_at_first = encode_seconds - seconds_since(t0);
-        }
-        priority.observe(encode_seconds - encode_seconds_at_first, seconds_since(*first_encode));
-      }
       if (hooks.on_encoder_call) hooks.on_encoder_call(batch.size(0));
       return out;
     };
@@ -604,6 +598,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         }
         encoded.levels.push_back(t);
       }
+      // Light or heavy, judged on the stored batches (the batch-size trials are not).
+      std::int64_t feature_bytes = 0;
+      for (const auto& t : encoded.levels) feature_bytes += t.numel() * std::int64_t(element_size(opt.storage.dtype));
+      priority.observe(double(feature_bytes), last_call_seconds);
       for (auto& item : items) item.input = at::Tensor();  // free inputs early
       encoded.items = std::move(items);
       return encoded_queue.push(std::move(encoded));
@@ -707,6 +705,12 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     row_queue.close();
   });
 
+  // This thread only waits. A light encoder's stages run at normal scheduling, and then the
+  // encoder's OpenMP workers must not spin on their cores (core_sharing.hpp).
+  std::optional<OpenMpSpinThrottle> throttle;
+  if (priority.wait_decided([&] { return io_done.load() || ctx.failed(); }) && !opt.device.is_cuda()) {
+    throttle.emplace(opt.threads);
+  }
   io_thread.join();
   prep_thread.join();
   encode_thread.join();
@@ -739,14 +743,6 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   summary.batch_size = chosen_batch;
   summary.threads = opt.threads;
   summary.feature_bytes_per_encoder_second = encode_seconds > 0 ? double(computed_bytes) / encode_seconds : 0.0;
-  // Timing decides nothing here (features may differ in the last bit between thread counts, and
-  // resumed runs must match uninterrupted ones): a light encoder gets advice instead.
-  if (!opt.device.is_cuda() && opt.threads > 1 &&
-      encoder_threads_for(summary.feature_bytes_per_encoder_second, opt.threads) < opt.threads) {
-    summary.threads_hint = "the encoder makes " + format_bytes(summary.feature_bytes_per_encoder_second) +
-                           "/s of features, faster than they can be written: --threads " +
-                           std::to_string(opt.threads - 1) + " leaves a core to the writer and is faster";
-  }
   summary.batch_size_trials = trials;
   summary.read_seconds = read_seconds;
   summary.prep_seconds = prep_seconds;

@@ -29,7 +29,6 @@ struct PrecomputeSummary {
   std::string device;
   int threads = 0;                              // the encoder's intra-op threads
   double feature_bytes_per_encoder_second = 0;  // stored feature bytes / encoder busy seconds
-  std::string threads_hint;                     // advice for light encoders (core_sharing.hpp)
   std::string stage_priority;  // how the non-encoder stages ran: idle or normal
   double read_seconds = 0, prep_seconds = 0, convert_seconds = 0, write_seconds = 0;
   double consolidate_seconds = 0;
