@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <string>
 
+#include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 
@@ -108,6 +109,8 @@ int yardstick(const std::string& path, const std::string& level_name, int epochs
 }
 
 int encoder_loop(const std::string& encoder_path, int batches) {
+  // The encoder gets the allocator settings precompute gives it: the baseline is not slowed.
+  const embcache::EncoderAllocatorScope allocator;
   torch::jit::Module encoder = torch::jit::load(encoder_path);
   encoder.eval();
   torch::manual_seed(0);

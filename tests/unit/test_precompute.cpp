@@ -1,12 +1,15 @@
 #include "doctest_torch.hpp"
 
+#include <malloc.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 
 #include "embcache/core/error.hpp"
+#include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_file_reader.hpp"
@@ -401,4 +404,28 @@ TEST_CASE("under auto, the stages decide light or heavy once, on the fastest sto
   CHECK(heavy.decision() == "idle");
   for (int batch = 0; batch < 8; ++batch) idle.observe(4e6, 0.001);
   CHECK(idle.decision() == "idle");
+}
+
+TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only while it lives") {
+  // glibc reports memory in mmapped blocks (hblkhd): a 64 MiB block is mmapped by default, taken
+  // from the heap inside the scope, and mmapped again once the scope has ended.
+  auto mmapped_by = [](std::size_t bytes) {
+    const std::size_t before = mallinfo2().hblkhd;
+    void* p = std::malloc(bytes);
+    REQUIRE(p != nullptr);
+    static_cast<volatile char*>(p)[0] = 1;
+    const std::size_t during = mallinfo2().hblkhd;
+    std::free(p);
+    return during - before;
+  };
+  const std::size_t block = std::size_t(64) << 20;
+  CHECK(mmapped_by(block) >= block);
+  {
+    EncoderAllocatorScope outer;
+    {
+      EncoderAllocatorScope inner;  // nested: the settings hold until the outer one ends
+    }
+    CHECK(mmapped_by(block) == 0);
+  }
+  CHECK(mmapped_by(block) >= block);
 }

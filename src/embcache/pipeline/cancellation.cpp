@@ -1,7 +1,6 @@
 #include "embcache/pipeline/cancellation.hpp"
 
 #include <hdf5.h>
-#include <malloc.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -38,8 +37,6 @@ void tune_process() {
   // there. Every file embcache trusts is closed explicitly before use, and files still open at
   // exit are discarded segments, so the handler is not needed.
   H5dont_atexit();
-  mallopt(M_MMAP_MAX, 0);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
   std::signal(SIGXFSZ, SIG_IGN);
 }
 

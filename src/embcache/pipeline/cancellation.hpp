@@ -8,9 +8,10 @@ namespace embcache {
 void install_stop_handlers();
 bool stop_requested();
 
-// Process settings every embcache command wants: glibc malloc keeps large blocks instead of
-// unmapping them on free (2-4x CPU encoder speed, shared/TOOLCHAIN.md gotcha 5), and writes
-// past a file-size limit fail with EFBIG instead of killing the process. Call before any HDF5 use.
+// Process settings every embcache command wants: HDF5 does not close files at exit (see the
+// definition), and writes past a file-size limit fail with EFBIG instead of killing the
+// process. Call before any HDF5 use. (The allocator settings for encoders are scoped to the
+// encoder's run: encoder/allocator_scope.hpp.)
 void tune_process();
 
 }  // namespace embcache

@@ -25,6 +25,7 @@
 #include "embcache/dataset/crop_grid.hpp"
 #include "embcache/dataset/cropper.hpp"
 #include "embcache/dataset/rslearn_dataset.hpp"
+#include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/preprocess.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
@@ -359,6 +360,7 @@ PrecomputeEstimate estimate_precompute(const PrecomputeOptions& options) {
 
 PrecomputeSummary run_precompute(const PrecomputeOptions& options, const PrecomputeHooks& hooks) {
   const auto started = Clock::now();
+  const EncoderAllocatorScope allocator;
   const Resolved opt = resolve(options);
   std::error_code same_ec;
   if (std::filesystem::exists(options.out) &&

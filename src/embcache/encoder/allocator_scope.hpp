@@ -1,0 +1,22 @@
+// glibc malloc settings for running an encoder on the CPU, for as long as it runs.
+#pragma once
+
+namespace embcache {
+
+// By default glibc mmaps every block above a threshold and unmaps it on free, so a CNN's large
+// activations are page-faulted and zeroed again on every forward: CPU encoders ran 2-4x slower
+// (shared/TOOLCHAIN.md, gotcha 5). While a scope lives, large blocks come from the heap and freed
+// memory is kept for the next forward. When the last scope ends, glibc's defaults are back and
+// the kept memory is returned to the system, so later work in the same process (a probe's
+// bounded stream buffer in `embcache run`) is not charged for the encoder's peak: train-probe's
+// stream tier measured 590-670 MB peak RSS with these settings for the whole process, 450 MB
+// without, at the same speed. Scopes nest; not for concurrent use from several threads.
+class EncoderAllocatorScope {
+ public:
+  EncoderAllocatorScope();
+  ~EncoderAllocatorScope();
+  EncoderAllocatorScope(const EncoderAllocatorScope&) = delete;
+  EncoderAllocatorScope& operator=(const EncoderAllocatorScope&) = delete;
+};
+
+}  // namespace embcache
