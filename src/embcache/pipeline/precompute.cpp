@@ -636,10 +636,11 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
           }
           const double rate = double(c) / std::max(fastest, 1e-9);
           trials.push_back({{"batch_size", c}, {"crops_per_second", rate}});
-          if (rate > best_rate) {
-            best_rate = rate;
-            chosen_batch = c;
-          }
+          // Past the best size, larger ones are not tried: each trial costs two calls, and on
+          // a short run the trials of sizes that lose were 10% of the wall time.
+          if (rate <= best_rate) break;
+          best_rate = rate;
+          chosen_batch = c;
         }
       } else {
         chosen_batch = std::int64_t(pending.size());
