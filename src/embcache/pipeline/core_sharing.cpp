@@ -6,7 +6,6 @@
 
 #include <algorithm>
 #include <atomic>
-#include <cstdint>
 #include <chrono>
 #include <thread>
 
@@ -18,7 +17,6 @@ StagePriority::StagePriority(const std::string& mode)
 void StagePriority::follow(bool& normal_now) const {
   const int s = state_.load(std::memory_order_relaxed);
   const bool want_normal = s == kNormal;
-  // Stages that run beside the encoder need the cores its idle workers would spin on.
   if (want_normal == normal_now) return;
   sched_param param{};
   // Leaving SCHED_IDLE may be refused without privileges (RLIMIT_NICE): then the stage stays idle.
@@ -41,7 +39,6 @@ std::string StagePriority::decision() const {
   const int s = state_.load();
   return s == kNormal ? "normal" : s == kIdle ? "idle" : "idle (undecided)";
 }
-
 
 bool StagePriority::wait_decided(const std::function<bool()>& finished) const {
   while (state_.load() == kUndecided && !finished()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
