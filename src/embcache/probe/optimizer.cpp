@@ -50,6 +50,9 @@ void BankOptimizer::zero_grad() {
 
 namespace {
 
+// AdamW's betas and epsilon, SGD's momentum: the same in both paths.
+constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8, kMomentum = 0.9;
+
 // One fused pass per member over float32 CPU tensors: the same update as the ATen expressions in
 // step_aten() below, without their eight temporaries (the update is memory-bound, and for a grid of
 // linear heads it was a third of each step). Built for AVX-512 and AVX2 too, chosen at load time;
@@ -70,7 +73,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_fused(
 __attribute__((target_clones("avx512f", "avx2", "default"))) void sgd_fused(float* __restrict p, float* __restrict m, const float* __restrict g,
                                                                              std::int64_t n, float lr, float decay) {
   for (std::int64_t i = 0; i < n; ++i) {
-    const float mi = 0.9f * m[i] + (g[i] + p[i] * decay);
+    const float mi = float(kMomentum) * m[i] + (g[i] + p[i] * decay);
     m[i] = mi;
     p[i] -= lr * mi;
   }
@@ -92,15 +95,20 @@ void BankOptimizer::step(double factor, const std::vector<bool>& active) {
     lr[g] = active[g] ? lr_[g] * factor : 0.0;
     decay[g] = active[g] ? weight_decay_[g] : 0.0;
   }
-  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
-  const double c1 = 1 - std::pow(b1, double(steps_));
-  const double c2 = 1 - std::pow(b2, double(steps_));
+  const double c1 = 1 - std::pow(kBeta1, double(steps_));
+  const double c2 = 1 - std::pow(kBeta2, double(steps_));
+  at::Tensor lr_t, decay_t;  // per member, for parameters off the fused path: made once a step
   for (std::size_t i = 0; i < params_.size(); ++i) {
     at::Tensor p = params_[i];
     if (!p.grad().defined()) continue;
     const at::Tensor grad = p.grad().contiguous();
     if (!fusable(p, grad)) {
-      step_aten(i, grad, lr, decay, c1, c2);
+      if (!lr_t.defined()) {
+        const auto options = p.options().requires_grad(false).dtype(at::kFloat);
+        lr_t = at::tensor(lr, at::kDouble).to(options);
+        decay_t = at::tensor(decay, at::kDouble).to(options);
+      }
+      step_aten(i, grad, lr_t, decay_t, c1, c2);
       continue;
     }
     // Members are the leading dimension; an inactive member is left exactly as it is.
@@ -110,8 +118,8 @@ void BankOptimizer::step(double factor, const std::vector<bool>& active) {
       const std::int64_t at = g * n;
       if (kind_ == OptimizerKind::kAdamW) {
         adamw_fused(p.data_ptr<float>() + at, first_[i].data_ptr<float>() + at, second_[i].data_ptr<float>() + at,
-                    grad.data_ptr<float>() + at, n, float(lr[g]), float(decay[g]), float(b1), float(b2), float(c1),
-                    float(c2), float(eps));
+                    grad.data_ptr<float>() + at, n, float(lr[g]), float(decay[g]), float(kBeta1), float(kBeta2),
+                    float(c1), float(c2), float(kEps));
       } else {
         sgd_fused(p.data_ptr<float>() + at, first_[i].data_ptr<float>() + at, grad.data_ptr<float>() + at, n,
                   float(lr[g]), float(decay[g]));
@@ -122,24 +130,22 @@ void BankOptimizer::step(double factor, const std::vector<bool>& active) {
 
 // The same update as tensor expressions, for parameters on the GPU (one kernel per expression,
 // every member at once).
-void BankOptimizer::step_aten(std::size_t i, const at::Tensor& grad, const std::vector<double>& lr,
-                              const std::vector<double>& decay, double c1, double c2) {
+void BankOptimizer::step_aten(std::size_t i, const at::Tensor& grad, const at::Tensor& lr, const at::Tensor& decay,
+                              double c1, double c2) {
   at::Tensor p = params_[i];
-  const auto options = p.options().requires_grad(false).dtype(at::kFloat);
   std::vector<std::int64_t> shape(p.dim(), 1);
-  shape[0] = std::int64_t(lr.size());
-  const at::Tensor lr_b = at::tensor(lr, at::kDouble).to(options).view(shape);
-  const at::Tensor decay_b = at::tensor(decay, at::kDouble).to(options).view(shape);
-  const double b1 = 0.9, b2 = 0.999, eps = 1e-8;
+  shape[0] = lr.size(0);
+  const at::Tensor lr_b = lr.view(shape);
+  const at::Tensor decay_b = decay.view(shape);
   if (kind_ == OptimizerKind::kAdamW) {
-    first_[i].mul_(b1).add_(grad, 1 - b1);
-    second_[i].mul_(b2).addcmul_(grad, grad, 1 - b2);
+    first_[i].mul_(kBeta1).add_(grad, 1 - kBeta1);
+    second_[i].mul_(kBeta2).addcmul_(grad, grad, 1 - kBeta2);
     p.mul_(1 - lr_b * decay_b);
-    const at::Tensor denom = (second_[i] / c2).sqrt_().add_(eps);
+    const at::Tensor denom = (second_[i] / c2).sqrt_().add_(kEps);
     p.sub_(first_[i] / denom * (lr_b / c1));
   } else {
     const at::Tensor g = grad + p * decay_b;
-    first_[i].mul_(0.9).add_(g);
+    first_[i].mul_(kMomentum).add_(g);
     p.sub_(first_[i] * lr_b);
   }
 }

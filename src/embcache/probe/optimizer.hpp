@@ -30,8 +30,8 @@ class BankOptimizer {
   void zero_grad();
 
  private:
-  void step_aten(std::size_t i, const at::Tensor& grad, const std::vector<double>& lr, const std::vector<double>& decay,
-                 double c1, double c2);
+  void step_aten(std::size_t i, const at::Tensor& grad, const at::Tensor& lr, const at::Tensor& decay, double c1,
+                 double c2);
 
   OptimizerKind kind_;
   std::vector<at::Tensor> params_, first_, second_;
