@@ -277,7 +277,7 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["batch_size_trials"] = batch_size_trials;
   j["device"] = device;
   j["threads"] = threads;
-  j["feature_bytes_per_encoder_second"] = feature_bytes_per_encoder_second;
+  j["feature_bytes_per_encoder_second"] = encoder_seconds > 0 ? double(bytes_written) / encoder_seconds : 0.0;
   j["stage_seconds"] = {{"read", read_seconds},       {"prep", prep_seconds},
                         {"encode", encoder_seconds},  {"convert", convert_seconds},
                         {"write", write_seconds},     {"consolidate", consolidate_seconds}};
@@ -745,7 +745,6 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   summary.encoder_calls = encoder_calls;
   summary.batch_size = chosen_batch;
   summary.threads = opt.threads;
-  summary.feature_bytes_per_encoder_second = encode_seconds > 0 ? double(computed_bytes) / encode_seconds : 0.0;
   summary.batch_size_trials = trials;
   summary.read_seconds = read_seconds;
   summary.prep_seconds = prep_seconds;

@@ -27,8 +27,7 @@ struct PrecomputeSummary {
   std::int64_t batch_size = 0;
   nlohmann::json batch_size_trials = nlohmann::json::array();
   std::string device;
-  int threads = 0;                              // the encoder's intra-op threads
-  double feature_bytes_per_encoder_second = 0;  // stored feature bytes / encoder busy seconds
+  int threads = 0;             // the encoder's intra-op threads
   std::string stage_priority;  // how the non-encoder stages ran: idle or normal
   double read_seconds = 0, prep_seconds = 0, convert_seconds = 0, write_seconds = 0;
   double consolidate_seconds = 0;
