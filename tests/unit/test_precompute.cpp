@@ -161,6 +161,70 @@ TEST_CASE("changed pixels make a window's crops stale; they are recomputed and r
   REQUIRE(changed == 4);
 }
 
+TEST_CASE("commit records rebuild every committed row bit for bit, from recorded chunk bytes and record tails") {
+  Setup s;
+  count_calls(s.options());
+  CacheFileReader full(s.cache);
+  const RowBatch want = full.read_rows(0, 13);
+  const Signature signature = full.signature();
+  const std::vector<LevelSpec> levels = full.levels();
+  const LabelKinds kinds = full.label_kinds();
+  const StorageOptions storage = full.storage();
+  fs::remove(s.cache);
+  {
+    CacheStore store(s.cache, signature, kinds, storage, CommitPolicy{}, false);
+    store.set_levels(levels);
+    store.expect_rows(5);  // chunks of 5 rows, so commits fall mid-chunk
+    store.append(full.read_rows(0, 7));
+    store.commit();  // chunk 0, and rows 5-6 in the record
+    store.append(full.read_rows(7, 6));
+    store.commit();  // chunk 1, and rows 10-12 in the record
+    store.append(full.read_rows(13, 4));  // never committed
+  }  // dropped without consolidating, as a SIGKILL would
+  REQUIRE_FALSE(fs::exists(s.cache));
+  REQUIRE(fs::exists(s.cache + ".segments/next.h5"));
+  {
+    CacheStore store(s.cache, signature, kinds, storage, CommitPolicy{}, false);
+    REQUIRE(store.recovered_rows() == 13);
+    REQUIRE(store.committed().size() == 13);
+  }
+  REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
+  CacheFileReader recovered(s.cache);
+  REQUIRE(recovered.rows() == 13);
+  const RowBatch got = recovered.read_rows(0, 13);
+  REQUIRE(got.windows == want.windows);
+  REQUIRE(got.bounds == want.bounds);
+  REQUIRE(got.pixel_hashes == want.pixel_hashes);
+  REQUIRE(at::equal(got.label_class, want.label_class));
+  REQUIRE(at::equal(got.label_mask, want.label_mask));
+  REQUIRE(got.levels.size() == want.levels.size());
+  for (std::size_t i = 0; i < want.levels.size(); ++i) REQUIRE(at::equal(got.levels[i], want.levels[i]));
+}
+
+TEST_CASE("a run that commits many times installs the file it built, copying nothing at the end") {
+  Setup reference_setup;
+  count_calls(reference_setup.options());
+  Setup s;
+  fs::copy_file(reference_setup.dataset, s.dataset, fs::copy_options::overwrite_existing);
+  PrecomputeOptions o = s.options();
+  o.commit_seconds = 1e-6;  // a commit after every batch
+  PrecomputeSummary summary;
+  count_calls(o, &summary);
+  REQUIRE(summary.rows_copied_at_end == 0);
+  REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
+  const RowBatch a = CacheFileReader(reference_setup.cache).read_rows(0, 24);
+  const RowBatch b = CacheFileReader(s.cache).read_rows(0, 24);
+  for (std::size_t i = 0; i < a.levels.size(); ++i) REQUIRE(at::equal(a.levels[i], b.levels[i]));
+
+  // A compressed cache is compressed once, by one copy at the end.
+  PrecomputeOptions gz = o;
+  gz.out = s.dir.file("gz.h5");
+  gz.compression = "gzip";
+  count_calls(gz, &summary);
+  REQUIRE(summary.rows_copied_at_end == 24);
+  REQUIRE(CacheFileReader(gz.out).storage().compression.to_string() == "gzip:1");
+}
+
 TEST_CASE("committed segments of a crashed run are kept and consolidated by the next run") {
   Setup s;
   // A run that dies after committing: simulated by committing a segment without consolidating.

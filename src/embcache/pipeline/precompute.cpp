@@ -282,6 +282,8 @@ nlohmann::json PrecomputeSummary::to_json() const {
                         {"encode", encoder_seconds},  {"convert", convert_seconds},
                         {"write", write_seconds},     {"consolidate", consolidate_seconds}};
   j["superseded_rows"] = superseded_rows;
+  j["rows_copied_at_end"] = rows_copied_at_end;
+  j["recovered_rows"] = recovered_rows;
   if (encoder_only_seconds >= 0) j["encoder_only_seconds"] = encoder_only_seconds;
   j["interrupted"] = interrupted;
   return j;
@@ -419,6 +421,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   for (const auto& [why, n] : source->skipped()) summary.windows_skipped[why] = n;
   for (const auto& w : windows) summary.crops_total += std::int64_t(crop_grid(w.bounds, opt.grid).size());
   summary.device = opt.device.str();
+  store.expect_rows(summary.crops_total);
 
   const std::int64_t max_batch = opt.batch_size > 0 ? opt.batch_size : (opt.device.is_cuda() ? 256 : 64);
   BoundedQueue<RawWindow> raw_queue(2);
@@ -721,15 +724,16 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   progress.finish();
 
   if (auto error = ctx.error()) {
-    // Rows already in the open segment are complete unless the segment's own file failed.
+    // Rows appended so far are complete unless writing them failed: then only what was committed
+    // before stays (the next run recovers it).
     if (io_failed) {
-      store.discard_open_segment();
+      store.abandon();
     } else {
       try {
         store.commit();
       } catch (...) {
-        store.discard_open_segment();
       }
+      store.abandon();
     }
     std::rethrow_exception(error);
   }
@@ -752,6 +756,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   summary.write_seconds = write_seconds;
   summary.consolidate_seconds = consolidated.seconds;
   summary.superseded_rows = consolidated.superseded_rows;
+  summary.rows_copied_at_end = consolidated.copied_rows;
+  summary.recovered_rows = store.recovered_rows();
   summary.interrupted = stop_requested();
   if (std::filesystem::exists(options.out)) {
     summary.cache_bytes = std::int64_t(std::filesystem::file_size(options.out));

@@ -30,8 +30,10 @@ struct PrecomputeSummary {
   int threads = 0;             // the encoder's intra-op threads
   std::string stage_priority;  // how the non-encoder stages ran: idle or normal
   double read_seconds = 0, prep_seconds = 0, convert_seconds = 0, write_seconds = 0;
-  double consolidate_seconds = 0;
+  double consolidate_seconds = 0;   // closing and installing the cache at the end
   std::int64_t superseded_rows = 0;
+  std::int64_t rows_copied_at_end = 0;  // 0 unless compression or stale rows made the end copy rows
+  std::int64_t recovered_rows = 0;      // rows an interrupted run had committed, installed first
   double encoder_only_seconds = -1.0;  // set by measure_encoder_only
   bool interrupted = false;
   nlohmann::json to_json() const;

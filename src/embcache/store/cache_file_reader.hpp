@@ -8,16 +8,11 @@
 #include "embcache/store/cache_schema.hpp"
 #include "embcache/store/h5.hpp"
 #include "embcache/store/row_batch.hpp"
+#include "embcache/store/row_source.hpp"
 
 namespace embcache {
 
-struct CacheIndex {
-  std::vector<std::string> groups, windows, splits;
-  std::vector<std::int64_t> bounds;  // 4 per row
-  std::vector<std::uint64_t> pixel_hashes;
-};
-
-class CacheFileReader {
+class CacheFileReader : public RowSource {
  public:
   // Throws InputError when `path` is not an HDF5 file or not an embcache cache, or was written
   // by a newer format.
@@ -28,13 +23,13 @@ class CacheFileReader {
   const std::vector<LevelSpec>& levels() const { return levels_; }
   const LabelKinds& label_kinds() const { return labels_; }
   StorageOptions storage() const { return storage_; }
-  std::int64_t rows() const { return rows_; }
+  std::int64_t rows() const override { return rows_; }
   std::string embcache_version() const { return version_; }
   hid_t file() const { return file_.get(); }
 
-  CacheIndex read_index() const;
-  RowBatch read_rows(std::int64_t start, std::int64_t count) const;
-  std::int64_t row_feature_bytes() const;
+  CacheIndex read_index() const override;
+  RowBatch read_rows(std::int64_t start, std::int64_t count) const override;
+  std::int64_t row_feature_bytes() const override;
   // Rows [start, start + count) of one level, in the storage dtype: [count, ...row_shape].
   at::Tensor read_level(const LevelSpec& level, std::int64_t start, std::int64_t count) const;
   // Rows of /labels/mask as int32 [count, h, w]; mask_shape() is {h, w}, or {} without masks.

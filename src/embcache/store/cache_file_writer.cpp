@@ -286,6 +286,49 @@ void CacheFileWriter::flush_index() {
   index_ = RowBatch();
 }
 
+void CacheFileWriter::flush() {
+  if (file_) h5::flush(file_.get(), path_);
+}
+
+std::int64_t CacheFileWriter::written_chunks(std::size_t level) const {
+  const DirectLevel& d = direct_.at(level);
+  return d.enabled ? d.rows_written / std::int64_t(chunk_rows_) : 0;
+}
+
+CacheFileWriter::ChunkLocation CacheFileWriter::chunk_location(std::size_t level, std::int64_t chunk) const {
+  std::vector<hsize_t> offset(levels_.at(level).row_shape.size() + 1, 0);
+  offset[0] = hsize_t(chunk) * chunk_rows_;
+  unsigned filter_mask = 0;
+  haddr_t address = 0;
+  hsize_t size = 0;
+  const std::string where = path_ + ":/levels/" + levels_[level].name;
+  h5::check_status(H5Dget_chunk_info_by_coord(level_datasets_[level].get(), offset.data(), &filter_mask, &address, &size),
+                   "cannot locate a chunk of", where);
+  if (address == HADDR_UNDEF || filter_mask != 0) {
+    throw Error(ExitCode::kInternal, where + ": chunk " + std::to_string(chunk) + " is not stored as written");
+  }
+  return {std::uint64_t(address), std::uint64_t(size)};
+}
+
+std::vector<std::uint8_t> CacheFileWriter::rows_bytes(std::size_t level, std::int64_t first) const {
+  const DirectLevel& d = direct_.at(level);
+  std::size_t row_bytes = element_size(storage_.dtype);
+  for (auto dim : levels_[level].row_shape) row_bytes *= std::size_t(dim);
+  if (d.enabled) {
+    if (first != d.rows_written) {
+      throw Error(ExitCode::kInternal, "rows_bytes: rows before the pending chunk were asked for");
+    }
+    return std::vector<std::uint8_t>(d.pending.begin(), d.pending.begin() + std::ptrdiff_t(d.pending_rows * row_bytes));
+  }
+  const std::int64_t count = rows_ - first;
+  std::vector<std::uint8_t> bytes(std::size_t(count) * row_bytes);
+  if (count > 0) {
+    h5::read_rows(level_datasets_[level].get(), storage_type_.get(), hsize_t(first), hsize_t(count), bytes.data(),
+                  path_ + ":/levels/" + levels_[level].name);
+  }
+  return bytes;
+}
+
 void CacheFileWriter::close() {
   if (!file_) return;
   flush_index();

@@ -30,6 +30,26 @@ class CacheFileWriter {
   // at close and fsync.
   void start_writeback();
   std::int64_t rows() const { return rows_; }
+
+  // What a commit record needs (cache_store.hpp): where the finished rows' features lie in this
+  // file, so that they can be recovered from it without trusting its HDF5 structures.
+  // Pushes everything appended so far to the file (HDF5's caches included).
+  void flush();
+  // Rows per chunk, the same for every level: chunk k of a level holds rows [k*R, (k+1)*R).
+  std::int64_t chunk_rows() const { return std::int64_t(chunk_rows_); }
+  // True where a level's chunks hold whole rows, written by us in full; only such chunks are
+  // referenced by commit records, and never rewritten once written.
+  bool whole_chunks(std::size_t level) const { return direct_[level].enabled; }
+  // Chunks of a whole-chunk level written so far: chunks [0, written_chunks) are final.
+  std::int64_t written_chunks(std::size_t level) const;
+  struct ChunkLocation {
+    std::uint64_t address = 0;  // byte offset in the file
+    std::uint64_t size = 0;     // stored bytes (the rows, then 4 checksum bytes)
+  };
+  ChunkLocation chunk_location(std::size_t level, std::int64_t chunk) const;
+  // The stored bytes of rows [first, rows()) of a level that no written chunk holds yet: for a
+  // whole-chunk level, first must be written_chunks() * chunk_rows(); other levels are read back.
+  std::vector<std::uint8_t> rows_bytes(std::size_t level, std::int64_t first) const;
   std::int64_t feature_bytes() const { return feature_bytes_; }
   const std::string& path() const { return path_; }
 

@@ -14,6 +14,7 @@
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/commit_record.hpp"
 
 namespace fs = std::filesystem;
 
@@ -29,7 +30,7 @@ std::string errno_text() { return std::strerror(errno); }
 constexpr const char* kSegmentPrefix = "seg-";
 constexpr const char* kSegmentSuffix = ".h5";
 constexpr const char* kPartialSuffix = ".partial";
-constexpr std::int64_t kRenameSegmentBytes = std::int64_t(64) << 20;
+constexpr const char* kNextFile = "next.h5";
 constexpr std::int64_t kWritebackBytes = std::int64_t(32) << 20;
 
 std::string key_of(const CacheIndex& index, std::size_t row) {
@@ -103,6 +104,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
       labels_(labels),
       storage_(storage),
       policy_(policy) {
+  next_path_ = segments_dir_ + "/" + kNextFile;
   const fs::path parent = fs::absolute(path_).parent_path();
   if (!fs::is_directory(parent)) {
     throw IoError(path_ + ": directory " + parent.string() + " does not exist; create it first");
@@ -110,7 +112,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
   if (fs::is_directory(path_)) throw IoError(path_ + ": is a directory; --out must name a file");
   lock_ = std::make_unique<WriterLock>(path_ + ".lock");
 
-  // Leftovers of a crashed run are never trusted: a half-written consolidation or segment.
+  // Leftovers of a crashed run are never trusted: a half-written copy or commit record.
   remove_quietly(path_ + ".tmp");
   if (overwrite) {
     // --overwrite replaces caches only: a typo must never delete a dataset or other file.
@@ -134,7 +136,6 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
     }
     storage_.compression = reader.storage().compression;  // a cache keeps its compression
     existing_levels_ = reader.levels();
-    read_committed(reader);
   }
 
   if (fs::is_directory(segments_dir_)) {
@@ -151,21 +152,45 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
       found.emplace_back(number, entry.path().string());
     }
     std::sort(found.begin(), found.end());
-    for (const auto& [number, file] : found) {
-      CacheFileReader reader(file);
-      const auto differences = signature_differences(reader.signature(), wanted_);
-      if (!differences.empty()) {
-        throw InputError(path_ + ": uncommitted work in " + segments_dir_ +
-                         " was made with a different " + differences.front() +
-                         "; rerun with the original options to finish it, or --overwrite");
-      }
-      if (existing_levels_.empty()) existing_levels_ = reader.levels();
-      read_committed(reader);
-      segments_.push_back(file);
-      next_segment_ = std::max(next_segment_, number + 1);
-    }
+    std::vector<std::string> records;
+    for (const auto& [number, file] : found) records.push_back(file);
+    recover(records);
+  }
+  if (main_exists_) {
+    CacheFileReader reader(path_);
+    read_committed(reader);
+    if (existing_levels_.empty()) existing_levels_ = reader.levels();
   }
   if (!existing_levels_.empty()) adopt_levels(existing_levels_);
+}
+
+void CacheStore::recover(const std::vector<std::string>& records) {
+  if (records.empty() || !fs::exists(next_path_)) {
+    // Without records nothing in next.h5 was committed. Records without next.h5 belong to a run
+    // that installed it as the cache and died before removing them: their rows are in the cache.
+    records_ = records;
+    remove_run_files();
+    return;
+  }
+  auto chunks = std::make_shared<RecordedChunks>(next_path_);
+  std::vector<std::unique_ptr<RowSource>> sources;
+  if (main_exists_) sources.push_back(std::make_unique<CacheFileReader>(path_));
+  std::int64_t rows = 0;
+  for (const auto& file : records) {
+    auto record = std::make_unique<CommittedRows>(file, chunks);
+    const auto differences = signature_differences(record->signature(), wanted_);
+    if (!differences.empty()) {
+      throw InputError(path_ + ": uncommitted work in " + segments_dir_ + " was made with a different " +
+                       differences.front() + "; rerun with the original options to finish it, or --overwrite");
+    }
+    if (existing_levels_.empty()) existing_levels_ = record->levels();
+    rows += record->rows();
+    sources.push_back(std::move(record));
+  }
+  if (!existing_levels_.empty()) adopt_levels(existing_levels_);
+  records_ = records;
+  merge_into_cache(std::move(sources));
+  recovered_rows_ = rows;
 }
 
 void CacheStore::adopt_levels(std::vector<LevelSpec> levels) {
@@ -176,13 +201,13 @@ void CacheStore::adopt_levels(std::vector<LevelSpec> levels) {
 }
 
 CacheStore::~CacheStore() {
-  discard_open_segment();
+  abandon();
   std::error_code ec;
   if (fs::is_directory(segments_dir_, ec) && fs::is_empty(segments_dir_, ec)) fs::remove(segments_dir_, ec);
 }
 
-void CacheStore::read_committed(const CacheFileReader& reader) {
-  const CacheIndex index = reader.read_index();
+void CacheStore::read_committed(const RowSource& source) {
+  const CacheIndex index = source.read_index();
   for (std::size_t row = 0; row < index.windows.size(); ++row) {
     committed_[key_of(index, row)] = index.pixel_hashes[row];
   }
@@ -209,80 +234,143 @@ void CacheStore::set_levels(std::vector<LevelSpec> levels) {
   adopt_levels(std::move(levels));
 }
 
+void CacheStore::start_building() {
+  std::error_code ec;
+  fs::create_directories(segments_dir_, ec);
+  if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message());
+  // Built uncompressed: its chunks are written whole by us, and committed chunks are never
+  // rewritten. A compressed cache is compressed once, by the copy at the end.
+  StorageOptions building = storage_;
+  building.compression = Compression{};
+  std::unique_ptr<CacheFileReader> old;
+  if (main_exists_) old = std::make_unique<CacheFileReader>(path_);
+  const std::int64_t old_rows = old ? old->rows() : 0;
+  next_ = std::make_unique<CacheFileWriter>(next_path_, wanted_, levels_, labels_, building,
+                                            expected_rows_ > 0 ? old_rows + expected_rows_ : 0);
+  if (old) {
+    // The old rows come first; the old cache stays the cache until the new file replaces it.
+    const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / std::max<std::int64_t>(old->row_feature_bytes(), 1));
+    for (std::int64_t row = 0; row < old_rows; row += block) {
+      next_->append(old->read_rows(row, std::min(block, old_rows - row)));
+    }
+  }
+  uncommitted_first_ = next_->rows();
+  uncommitted_.clear();
+  uncommitted_bytes_ = 0;
+  recorded_chunks_.assign(levels_.size(), 0);
+  last_commit_ = now_seconds();
+  writeback_mark_ = next_->feature_bytes();
+}
+
 void CacheStore::append(const RowBatch& batch) {
-  if (!open_segment_) {
-    std::error_code ec;
-    fs::create_directories(segments_dir_, ec);
-    if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message());
-    // Segments are written uncompressed: compression is paid once, at consolidation.
-    StorageOptions segment_storage = storage_;
-    segment_storage.compression = Compression{};
-    open_segment_ = std::make_unique<CacheFileWriter>(segment_path(next_segment_) + kPartialSuffix,
-                                                      wanted_, levels_, labels_, segment_storage);
-    open_segment_started_ = now_seconds();
-    writeback_mark_ = 0;
+  if (batch.size() == 0) return;
+  if (!next_) start_building();
+  next_->append(batch);
+  RowBatch index = batch;
+  index.levels.clear();
+  index.level_checksums.clear();
+  for (std::size_t row = 0; row < batch.size(); ++row) {
+    CropKey key{batch.groups[row], batch.windows[row],
+                {batch.bounds[4 * row], batch.bounds[4 * row + 1], batch.bounds[4 * row + 2], batch.bounds[4 * row + 3]}};
+    if (committed_.count(key.map_key())) ++superseded_;
   }
-  open_segment_->append(batch);
-  if (policy_.fsync && open_segment_->feature_bytes() - writeback_mark_ >= kWritebackBytes) {
-    open_segment_->start_writeback();
-    writeback_mark_ = open_segment_->feature_bytes();
+  uncommitted_.push_back(std::move(index));
+  uncommitted_bytes_ += batch.feature_bytes();
+  if (policy_.fsync && next_->feature_bytes() - writeback_mark_ >= kWritebackBytes) {
+    next_->start_writeback();
+    writeback_mark_ = next_->feature_bytes();
   }
-  if (open_segment_->feature_bytes() >= policy_.segment_bytes ||
-      now_seconds() - open_segment_started_ >= policy_.segment_seconds) {
+  if (uncommitted_bytes_ >= policy_.segment_bytes || now_seconds() - last_commit_ >= policy_.segment_seconds) {
     commit();
   }
 }
 
 void CacheStore::commit() {
-  if (!open_segment_) return;
-  const std::string partial = open_segment_->path();
+  if (!next_ || uncommitted_.empty()) return;
+  // 1. Every appended byte reaches the file, and the disk.
+  next_->flush();
+  if (policy_.fsync) sync_path(next_path_);
+  // 2. The record: where the finished chunks are, and the rows no finished chunk holds yet.
+  std::vector<RecordedLevel> recorded(levels_.size());
+  std::vector<std::int64_t> written(levels_.size(), 0);
+  for (std::size_t i = 0; i < levels_.size(); ++i) {
+    RecordedLevel& r = recorded[i];
+    if (next_->whole_chunks(i)) {
+      written[i] = next_->written_chunks(i);
+      for (std::int64_t chunk = recorded_chunks_[i]; chunk < written[i]; ++chunk) {
+        const auto location = next_->chunk_location(i, chunk);
+        r.chunks.push_back(chunk);
+        r.addresses.push_back(location.address);
+        r.sizes.push_back(location.size);
+      }
+      r.tail_first = written[i] * next_->chunk_rows();
+    } else {
+      r.tail_first = uncommitted_first_;
+    }
+    r.tail = next_->rows_bytes(i, r.tail_first);
+  }
   const std::string final_path = segment_path(next_segment_);
-  open_segment_->close();
-  open_segment_.reset();
-  if (policy_.fsync) sync_path(partial);
-  if (::rename(partial.c_str(), final_path.c_str()) != 0) {
-    throw IoError("cannot rename " + partial + " to " + final_path + ": " + errno_text());
+  const std::string partial = final_path + kPartialSuffix;
+  try {
+    write_commit_record(partial, wanted_, labels_, uncommitted_, uncommitted_first_, next_->chunk_rows(), levels_,
+                        recorded);
+    if (policy_.fsync) sync_path(partial);
+    // 3. The rename is the commit.
+    if (::rename(partial.c_str(), final_path.c_str()) != 0) {
+      throw IoError("cannot rename " + partial + " to " + final_path + ": " + errno_text());
+    }
+  } catch (...) {
+    remove_quietly(partial);
+    throw;
   }
   if (policy_.fsync) sync_path(segments_dir_);
-  segments_.push_back(final_path);
+  records_.push_back(final_path);
   ++next_segment_;
+  for (std::size_t i = 0; i < levels_.size(); ++i) recorded_chunks_[i] = std::max(recorded_chunks_[i], written[i]);
+  uncommitted_.clear();
+  uncommitted_bytes_ = 0;
+  uncommitted_first_ = next_->rows();
+  last_commit_ = now_seconds();
 }
 
-void CacheStore::discard_open_segment() {
-  if (!open_segment_) return;
-  const std::string partial = open_segment_->path();
-  open_segment_.reset();  // closes handles without checking: the file is being thrown away
-  remove_quietly(partial);
+void CacheStore::abandon() {
+  if (!next_) return;
+  next_.reset();  // closes handles without checking: the file is not trusted as it is
+  uncommitted_.clear();
+  // Without a record, nothing refers to the file; with records, the next run recovers from it.
+  if (records_.empty()) remove_quietly(next_path_);
 }
 
 ConsolidateStats CacheStore::consolidate() {
   ConsolidateStats stats;
-  if (segments_.empty()) return stats;
+  if (!next_) return stats;
   const double started = now_seconds();
-
-  // The common first run: one committed segment and nothing else. Segments are complete cache
-  // files, so when it needs no recompression (and is big enough that its chunks are not mostly
-  // padding) it becomes the cache by rename, without copying a byte.
-  if (!main_exists_ && segments_.size() == 1 && storage_.compression.kind == Compression::Kind::kNone &&
-      std::int64_t(fs::file_size(segments_.front())) >= kRenameSegmentBytes) {
-    install_as_cache(segments_.front());
-    stats.rows = CacheFileReader(path_).rows();
-    stats.bytes = std::int64_t(fs::file_size(path_));
-    stats.seconds = now_seconds() - started;
-    return stats;
+  stats.superseded_rows = superseded_;
+  if (!uncommitted_.empty()) commit();
+  next_->close();
+  stats.rows = next_->rows();
+  next_.reset();
+  if (storage_.compression.kind == Compression::Kind::kNone && superseded_ == 0) {
+    install_as_cache(next_path_);  // the common case: no byte is copied
+  } else {
+    std::vector<std::unique_ptr<RowSource>> sources;
+    sources.push_back(std::make_unique<CacheFileReader>(next_path_));
+    const ConsolidateStats merged = merge_into_cache(std::move(sources));
+    stats.rows = merged.rows;
+    stats.copied_rows = merged.copied_rows;
   }
+  stats.bytes = std::int64_t(fs::file_size(path_));
+  stats.seconds = now_seconds() - started;
+  return stats;
+}
 
-  std::vector<std::string> sources;
-  if (main_exists_) sources.push_back(path_);
-  sources.insert(sources.end(), segments_.begin(), segments_.end());
-
+ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources) {
+  ConsolidateStats stats;
   // The newest row of each key wins: a recomputed (stale-pixel) crop replaces the old row.
-  std::vector<std::unique_ptr<CacheFileReader>> readers;
   std::vector<std::vector<char>> keep(sources.size());
   std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> newest;
   for (std::size_t s = 0; s < sources.size(); ++s) {
-    readers.push_back(std::make_unique<CacheFileReader>(sources[s]));
-    const CacheIndex index = readers[s]->read_index();
+    const CacheIndex index = sources[s]->read_index();
     keep[s].assign(index.windows.size(), 1);
     for (std::size_t row = 0; row < index.windows.size(); ++row) {
       auto [it, inserted] = newest.try_emplace(key_of(index, row), s, row);
@@ -293,18 +381,15 @@ ConsolidateStats CacheStore::consolidate() {
       }
     }
   }
-  if (levels_.empty()) adopt_levels(readers.back()->levels());
-  const std::vector<LevelSpec> levels = levels_;
-
   const std::string tmp = path_ + ".tmp";
   try {
     std::int64_t total_rows = 0;
     for (const auto& k : keep) total_rows += std::count(k.begin(), k.end(), char(1));
-    CacheFileWriter writer(tmp, wanted_, levels, labels_, storage_, total_rows);
+    CacheFileWriter writer(tmp, wanted_, levels_, labels_, storage_, total_rows);
     for (std::size_t s = 0; s < sources.size(); ++s) {
-      const std::int64_t row_bytes = std::max<std::int64_t>(readers[s]->row_feature_bytes(), 1);
+      const std::int64_t row_bytes = std::max<std::int64_t>(sources[s]->row_feature_bytes(), 1);
       const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / row_bytes);
-      const std::int64_t n = readers[s]->rows();
+      const std::int64_t n = sources[s]->rows();
       std::int64_t row = 0;
       while (row < n) {
         if (!keep[s][std::size_t(row)]) {
@@ -313,13 +398,14 @@ ConsolidateStats CacheStore::consolidate() {
         }
         std::int64_t end = row;
         while (end < n && end - row < block && keep[s][std::size_t(end)]) ++end;
-        writer.append(readers[s]->read_rows(row, end - row));
+        writer.append(sources[s]->read_rows(row, end - row));
         row = end;
       }
     }
     stats.rows = writer.rows();
+    stats.copied_rows = writer.rows();
     writer.close();
-    readers.clear();
+    sources.clear();
   } catch (...) {
     remove_quietly(tmp);
     throw;
@@ -330,8 +416,6 @@ ConsolidateStats CacheStore::consolidate() {
     remove_quietly(tmp);
     throw;
   }
-  stats.bytes = std::int64_t(fs::file_size(path_));
-  stats.seconds = now_seconds() - started;
   return stats;
 }
 
@@ -343,9 +427,15 @@ void CacheStore::install_as_cache(const std::string& file) {
   }
   if (policy_.fsync) sync_path(fs::absolute(path_).parent_path().string());
   main_exists_ = true;
-  // The cache now holds every committed row; the segments are redundant.
-  for (const auto& segment : segments_) remove_quietly(segment);
-  segments_.clear();
+  remove_run_files();
+}
+
+void CacheStore::remove_run_files() {
+  // The cache now holds every committed row. Records go first: records without next.h5 are
+  // known to be installed, next.h5 without records is known to be uncommitted.
+  for (const auto& record : records_) remove_quietly(record);
+  records_.clear();
+  remove_quietly(next_path_);
   std::error_code ec;
   fs::remove(segments_dir_, ec);
 }

@@ -1,6 +1,7 @@
-// The cache's commit protocol: one writer at a time, work committed in segment files renamed
-// into place, and consolidation into the single cache file by atomic rename. A SIGKILL at any
-// moment leaves the last consolidated cache and every committed segment intact.
+// The cache's commit protocol: one writer at a time; the new cache file is built beside the old
+// one (CACHE.h5.segments/next.h5) and installed by atomic rename; each commit fsyncs it and
+// renames a small commit record into place (commit_record.hpp). Features are written once. A
+// SIGKILL at any moment leaves the last installed cache and every committed row recoverable.
 #pragma once
 
 #include <cstdint>
@@ -25,6 +26,7 @@ struct CommitPolicy {
 struct ConsolidateStats {
   std::int64_t rows = 0;
   std::int64_t superseded_rows = 0;  // stale rows replaced by recomputed ones
+  std::int64_t copied_rows = 0;      // rows copied into a new file (0: the built file was renamed)
   std::int64_t bytes = 0;            // size of the new cache file
   double seconds = 0.0;
 };
@@ -33,7 +35,8 @@ class CacheStore {
  public:
   // Takes the writer lock (IoError if another process holds it), removes what crashed runs left
   // half-written, refuses an existing cache whose signature differs from `wanted` (InputError
-  // naming the fields), and reads the keys of every committed row.
+  // naming the fields), installs the committed rows of an interrupted run (a copy, the only one
+  // a crash costs), and reads the keys of every committed row.
   CacheStore(std::string path, Signature wanted, LabelKinds labels, StorageOptions storage,
              CommitPolicy policy, bool overwrite);
   ~CacheStore();
@@ -44,26 +47,39 @@ class CacheStore {
   const std::unordered_map<std::string, std::uint64_t>& committed() const { return committed_; }
   const StorageOptions& storage() const { return storage_; }
   bool cache_exists() const { return main_exists_; }
+  // Rows an interrupted run had committed, installed by the constructor.
+  std::int64_t recovered_rows() const { return recovered_rows_; }
+  // An upper bound of the rows this run appends: small caches get chunks no larger than needed.
+  void expect_rows(std::int64_t rows) { expected_rows_ = rows; }
 
   // The levels this run writes; InputError when they differ from those already committed.
   void set_levels(std::vector<LevelSpec> levels);
-  // Appends to the open segment (opening one if needed) and commits it when the policy says.
+  // Appends to the file being built (starting it, with the old cache's rows, if needed) and
+  // commits when the policy says.
   void append(const RowBatch& batch);
-  // Closes, syncs and renames the open segment into place. No-op without an open segment.
+  // Makes every appended row durable: fsyncs the file being built and renames a commit record
+  // into place. No-op when nothing is uncommitted.
   void commit();
-  // Drops the open segment (after an error in its own file).
-  void discard_open_segment();
-  // Merges the cache and all committed segments into a new cache file, renamed over the old one.
+  // Stops building (after an error): what was committed stays for the next run to recover.
+  void abandon();
+  // Closes the file being built and installs it as the cache: by rename, or by a copy when it
+  // must be compressed or holds stale rows that recomputed ones replace.
   ConsolidateStats consolidate();
 
  private:
   class WriterLock;
-  void read_committed(const CacheFileReader& reader);
+  void read_committed(const RowSource& source);
   // The levels written from now on; also recorded in the signature's "levels".
   void adopt_levels(std::vector<LevelSpec> levels);
   std::string segment_path(std::int64_t number) const;
-  // Syncs `file`, renames it over the cache and drops the (now redundant) segments.
+  // Installs the rows committed by an interrupted run; removes what is left of it.
+  void recover(const std::vector<std::string>& records);
+  void start_building();
+  // Merges `sources` (newest row of a key wins) into a new file with the cache's storage.
+  ConsolidateStats merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources);
+  // Syncs `file`, renames it over the cache and removes the run's commit records.
   void install_as_cache(const std::string& file);
+  void remove_run_files();
 
   std::string path_;
   std::string segments_dir_;
@@ -73,14 +89,22 @@ class CacheStore {
   CommitPolicy policy_;
   std::unique_ptr<WriterLock> lock_;
   bool main_exists_ = false;
-  std::vector<std::string> segments_;  // committed, oldest first
+  std::string next_path_;               // the cache file being built
+  std::vector<std::string> records_;     // this run's commit records, oldest first
   std::int64_t next_segment_ = 1;
   std::unordered_map<std::string, std::uint64_t> committed_;
   std::vector<LevelSpec> existing_levels_;
   std::vector<LevelSpec> levels_;
-  std::unique_ptr<CacheFileWriter> open_segment_;
-  double open_segment_started_ = 0.0;
-  std::int64_t writeback_mark_ = 0;  // feature bytes of the open segment at the last writeback
+  std::unique_ptr<CacheFileWriter> next_;
+  std::vector<RowBatch> uncommitted_;    // index and labels of rows appended since the last commit
+  std::int64_t uncommitted_first_ = 0;   // the first of them, as a row of next_
+  std::int64_t uncommitted_bytes_ = 0;   // their feature bytes
+  std::vector<std::int64_t> recorded_chunks_;  // per level: chunks [0, n) are in records
+  double last_commit_ = 0.0;
+  std::int64_t superseded_ = 0;          // appended rows whose key an older row has
+  std::int64_t expected_rows_ = 0;
+  std::int64_t recovered_rows_ = 0;
+  std::int64_t writeback_mark_ = 0;      // feature bytes of next_ at the last writeback
 };
 
 // Makes `path`'s content durable (fsync of a file or directory).

@@ -1,0 +1,227 @@
+#include "embcache/store/commit_record.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <ATen/ATen.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "embcache/core/error.hpp"
+#include "embcache/store/cache_file_writer.hpp"
+#include "embcache/store/fletcher32.hpp"
+
+namespace embcache {
+namespace {
+
+constexpr const char* kCommitGroup = "commit";
+
+std::string level_group(std::size_t level) { return std::string(kCommitGroup) + "/level_" + std::to_string(level); }
+
+// A 1-D or 2-D dataset written whole (contiguous; records are small and written once).
+void write_array(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims,
+                 const void* data, const std::string& where) {
+  h5::Handle space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), "cannot create dataspace for", where),
+                   H5Sclose);
+  h5::Handle ds(h5::check(H5Dcreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
+                          "cannot create dataset", where + ":/" + name),
+                H5Dclose);
+  hsize_t total = 1;
+  for (auto d : dims) total *= d;
+  if (total > 0) {
+    h5::check_status(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "cannot write",
+                     where + ":/" + name);
+  }
+}
+
+nlohmann::json levels_to_json(const std::vector<LevelSpec>& levels) {
+  nlohmann::json j = nlohmann::json::array();
+  for (const auto& l : levels) {
+    j.push_back({{"name", l.name}, {"index", l.index}, {"stride", l.stride}, {"row_shape", l.row_shape}});
+  }
+  return j;
+}
+
+std::size_t row_bytes_of(const LevelSpec& level, StorageDtype dtype) {
+  std::size_t bytes = element_size(dtype);
+  for (auto d : level.row_shape) bytes *= std::size_t(d);
+  return bytes;
+}
+
+}  // namespace
+
+void write_commit_record(const std::string& path, const Signature& signature, const LabelKinds& labels,
+                         const std::vector<RowBatch>& parts, std::int64_t first_row, std::int64_t chunk_rows,
+                         const std::vector<LevelSpec>& levels, const std::vector<RecordedLevel>& recorded) {
+  std::int64_t rows = 0;
+  for (const auto& part : parts) rows += std::int64_t(part.size());
+  {
+    // Index and labels: a cache file without levels, so the ordinary reader reads it back.
+    Signature without_levels = signature;
+    without_levels["levels"] = nlohmann::json::array();
+    StorageOptions plain;
+    plain.dtype = parse_storage_dtype(signature.value("dtype", std::string("float32")));
+    CacheFileWriter writer(path, without_levels, {}, labels, plain, rows);
+    for (const RowBatch& part : parts) {
+      RowBatch index = part;
+      index.levels.clear();
+      index.level_checksums.clear();
+      writer.append(index);
+    }
+    writer.close();
+  }
+  h5::Handle file = h5::open_file(path, true);
+  h5::Handle group = h5::create_group(file.get(), kCommitGroup);
+  h5::write_attr(group.get(), "first_row", first_row);
+  h5::write_attr(group.get(), "chunk_rows", chunk_rows);
+  h5::write_attr(group.get(), "levels", levels_to_json(levels).dump());
+  for (std::size_t i = 0; i < recorded.size(); ++i) {
+    const RecordedLevel& r = recorded[i];
+    h5::Handle level = h5::create_group(file.get(), level_group(i));
+    std::vector<std::int64_t> table;
+    for (std::size_t k = 0; k < r.chunks.size(); ++k) {
+      table.push_back(r.chunks[k]);
+      table.push_back(std::int64_t(r.addresses[k]));
+      table.push_back(std::int64_t(r.sizes[k]));
+    }
+    write_array(level.get(), "chunks", H5T_STD_I64LE, H5T_NATIVE_INT64, {hsize_t(r.chunks.size()), 3}, table.data(), path);
+    write_array(level.get(), "tail", H5T_STD_U8LE, H5T_NATIVE_UINT8, {hsize_t(r.tail.size())}, r.tail.data(), path);
+    h5::write_attr(level.get(), "tail_first", r.tail_first);
+  }
+  group = h5::Handle();
+  h5::check_status(H5Fclose(file.release()), "cannot close", path);
+}
+
+RecordedChunks::RecordedChunks(std::string file) : file_(std::move(file)) {
+  fd_ = ::open(file_.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) {
+    throw IoError("cannot open " + file_ + ", which committed work of an interrupted run refers to: " +
+                  std::strerror(errno) + "; rerun with --overwrite to start over");
+  }
+}
+
+RecordedChunks::~RecordedChunks() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void RecordedChunks::add(std::size_t level, std::int64_t chunk, std::uint64_t address, std::uint64_t size) {
+  chunks_[{level, chunk}] = {address, size};
+}
+
+bool RecordedChunks::has(std::size_t level, std::int64_t chunk) const { return chunks_.count({level, chunk}) > 0; }
+
+void RecordedChunks::read(std::size_t level, std::int64_t chunk_rows, std::size_t row_bytes, std::int64_t row,
+                          std::int64_t count, std::uint8_t* dest) const {
+  const std::int64_t chunk = row / chunk_rows;
+  const auto key = std::make_pair(level, chunk);
+  if (cached_ != key) {
+    const auto& [address, size] = chunks_.at(key);
+    const std::size_t data_bytes = std::size_t(chunk_rows) * row_bytes;
+    if (size != data_bytes + 4) {
+      throw InputError(file_ + ": a commit record gives chunk " + std::to_string(chunk) + " a size of " +
+                       std::to_string(size) + " bytes, not " + std::to_string(data_bytes + 4) +
+                       "; the interrupted run's work is damaged, rerun with --overwrite");
+    }
+    buffer_.resize(size);
+    std::size_t done = 0;
+    while (done < size) {
+      const ssize_t got = ::pread(fd_, buffer_.data() + done, size - done, off_t(address + done));
+      if (got <= 0) {
+        throw IoError("cannot read " + file_ + " at byte " + std::to_string(address + done) + ": " +
+                      (got == 0 ? std::string("the file is shorter than its commit records say") : std::strerror(errno)) +
+                      "; rerun with --overwrite to start over");
+      }
+      done += std::size_t(got);
+    }
+    const std::uint32_t want = std::uint32_t(buffer_[data_bytes]) | (std::uint32_t(buffer_[data_bytes + 1]) << 8) |
+                               (std::uint32_t(buffer_[data_bytes + 2]) << 16) |
+                               (std::uint32_t(buffer_[data_bytes + 3]) << 24);
+    if (fletcher32(buffer_.data(), data_bytes) != want) {
+      throw IoError(file_ + ": checksum mismatch in committed chunk " + std::to_string(chunk) + " of level " +
+                    std::to_string(level) + "; the disk lost committed data, rerun with --overwrite");
+    }
+    cached_ = key;
+  }
+  const std::int64_t offset = row - chunk * chunk_rows;
+  std::memcpy(dest, buffer_.data() + std::size_t(offset) * row_bytes, std::size_t(count) * row_bytes);
+}
+
+CommittedRows::CommittedRows(std::string path, std::shared_ptr<RecordedChunks> chunks)
+    : reader_(std::move(path)), chunks_(std::move(chunks)) {
+  const std::string& where = reader_.path();
+  const hid_t file = reader_.file();
+  if (!h5::exists(file, kCommitGroup)) {
+    throw InputError(where + ": not a commit record (no /commit); remove it, or rerun with --overwrite");
+  }
+  h5::Handle group = h5::open_group(file, kCommitGroup);
+  first_row_ = h5::read_attr_int(group.get(), "first_row").value_or(0);
+  chunk_rows_ = std::max<std::int64_t>(1, h5::read_attr_int(group.get(), "chunk_rows").value_or(1));
+  try {
+    for (const auto& l : nlohmann::json::parse(h5::read_attr_string(group.get(), "levels").value_or("[]"))) {
+      LevelSpec spec;
+      spec.name = l.at("name").get<std::string>();
+      spec.index = l.at("index").get<std::int64_t>();
+      spec.stride = l.at("stride").get<std::int64_t>();
+      spec.row_shape = l.at("row_shape").get<std::vector<std::int64_t>>();
+      levels_.push_back(std::move(spec));
+    }
+  } catch (const nlohmann::json::exception&) {
+    throw InputError(where + ": the commit record's level list is not valid; rerun with --overwrite");
+  }
+  for (std::size_t i = 0; i < levels_.size(); ++i) {
+    h5::Handle level = h5::open_group(file, level_group(i));
+    tail_first_.push_back(h5::read_attr_int(level.get(), "tail_first").value_or(first_row_));
+    h5::Handle table = h5::open_dataset(level.get(), "chunks");
+    const auto dims = h5::dataset_dims(table.get(), where + ":/" + level_group(i) + "/chunks");
+    std::vector<std::int64_t> values(dims.at(0) * 3);
+    if (!values.empty()) {
+      h5::read_rows(table.get(), H5T_NATIVE_INT64, 0, dims[0], values.data(), where);
+    }
+    for (std::size_t k = 0; k < dims[0]; ++k) {
+      chunks_->add(i, values[3 * k], std::uint64_t(values[3 * k + 1]), std::uint64_t(values[3 * k + 2]));
+    }
+  }
+}
+
+std::int64_t CommittedRows::row_feature_bytes() const {
+  std::int64_t total = 0;
+  for (const auto& level : levels_) total += std::int64_t(row_bytes_of(level, reader_.storage().dtype));
+  return total;
+}
+
+RowBatch CommittedRows::read_rows(std::int64_t start, std::int64_t count) const {
+  RowBatch batch = reader_.read_rows(start, count);  // index and labels
+  const StorageDtype dtype = reader_.storage().dtype;
+  const std::string& where = reader_.path();
+  for (std::size_t i = 0; i < levels_.size(); ++i) {
+    const std::size_t row_bytes = row_bytes_of(levels_[i], dtype);
+    std::vector<std::int64_t> shape{count};
+    shape.insert(shape.end(), levels_[i].row_shape.begin(), levels_[i].row_shape.end());
+    at::Tensor t = at::empty(shape, at::TensorOptions().dtype(torch_type(dtype)));
+    auto* dest = static_cast<std::uint8_t*>(t.data_ptr());
+    std::int64_t row = first_row_ + start;  // a row of the file being built
+    const std::int64_t end = row + count;
+    while (row < end) {
+      const std::int64_t chunk = row / chunk_rows_;
+      const std::int64_t take = std::min(end, (chunk + 1) * chunk_rows_) - row;
+      if (chunks_->has(i, chunk)) {
+        chunks_->read(i, chunk_rows_, row_bytes, row, take, dest);
+      } else {
+        if (row < tail_first_[i]) {
+          throw InputError(where + ": row " + std::to_string(row) + " of level " + levels_[i].name +
+                           " is in neither a recorded chunk nor the record; rerun with --overwrite");
+        }
+        h5::Handle tail = h5::open_dataset(reader_.file(), level_group(i) + "/tail");
+        h5::read_rows(tail.get(), H5T_NATIVE_UINT8, hsize_t(row - tail_first_[i]) * row_bytes,
+                      hsize_t(take) * row_bytes, dest, where);
+      }
+      dest += std::size_t(take) * row_bytes;
+      row += take;
+    }
+    batch.levels.push_back(std::move(t));
+  }
+  return batch;
+}
+
+}  // namespace embcache
