@@ -54,6 +54,8 @@ echo "== heavy encoder (ResNet-18-like: 13 convs, 64/128 wide, 48x48 crops); tar
 run bench-heavy $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --plain-write-mb 256
 run bench-heavy-nofsync $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --fsync-off --plain-write-mb 256
 run bench-heavy-auto $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --plain-write-mb 256
+# A long run in miniature: runs past --commit-seconds commit many times (here every 64 MiB).
+run bench-heavy-commits $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --segment-mb 64 --plain-write-mb 256
 echo "== the tests' smaller compute-bound encoder (9 convs, 48/96 wide) =="
 run fixture-heavy $HEAVY heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --fsync-off --plain-write-mb 256
 echo "results: $WORK/*.json"

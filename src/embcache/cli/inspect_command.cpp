@@ -29,13 +29,15 @@ nlohmann::json inspect_cache(const std::string& path) {
   std::int64_t pending = 0;
   if (fs::is_directory(segments_dir)) {
     for (const auto& entry : fs::directory_iterator(segments_dir)) {
-      if (entry.path().extension() == ".h5") ++pending;
+      // Commit records (seg-N.h5); next.h5 is the cache being built.
+      const std::string name = entry.path().filename().string();
+      if (name.rfind("seg-", 0) == 0 && entry.path().extension() == ".h5") ++pending;
     }
   }
   if (!fs::exists(path)) {
     if (pending > 0 || fs::exists(path + ".lock")) {
       throw IoError(path + ": cache is being written (" + std::to_string(pending) +
-                    " committed segments, not yet consolidated); inspect it when precompute ends");
+                    " commits of a run not yet installed); inspect it when precompute ends");
     }
     throw InputError(path + ": no such cache file");
   }
@@ -124,8 +126,8 @@ void run_inspect_command(const InspectOptions& options) {
   }
   std::printf("  labels: %s\n", j["labels"].dump().c_str());
   if (j["pending_segments"].get<std::int64_t>() > 0) {
-    std::printf("  note: %lld committed segments are not yet consolidated (a run is active or was "
-                "interrupted; the next precompute merges them)\n",
+    std::printf("  note: %lld commits of a run are not yet in this file (a run is active or was "
+                "interrupted; the next precompute installs them)\n",
                 (long long)j["pending_segments"].get<std::int64_t>());
   }
 }
