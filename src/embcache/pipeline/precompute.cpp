@@ -737,7 +737,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     }
     std::rethrow_exception(error);
   }
-  store.commit();
+  // No commit first: closing and renaming the file being built installs every row at once.
   const ConsolidateStats consolidated = store.consolidate();
 
   summary.crops_skipped = skipped;

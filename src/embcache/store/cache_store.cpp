@@ -346,7 +346,8 @@ ConsolidateStats CacheStore::consolidate() {
   if (!next_) return stats;
   const double started = now_seconds();
   stats.superseded_rows = superseded_;
-  if (!uncommitted_.empty()) commit();
+  // Rows not yet committed need no record: the rename below commits them with the rest (a
+  // crash before it loses only them, as a crash before any commit would).
   next_->close();
   stats.rows = next_->rows();
   next_.reset();
