@@ -24,6 +24,9 @@ run() {  # run LABEL KEY ENCODER DATASET [options]; KEY: the summary field the m
   local label=$1 key=$2 enc=$3 data=$4
   shift 4
   for i in $(seq "$REPEATS"); do
+    # Each run starts with no dirty pages: the gigabytes earlier runs wrote are otherwise still
+    # being written back, which throttles this run's writes (and its yardstick's) to disk speed.
+    sync
     "$BENCH" --encoder "$WORK/enc/$enc" --dataset "$WORK/$data" --out "$WORK/out-$label.h5" "$@" >"$WORK/$label-$i.json"
   done
   $PY - "$WORK" "$label" "$key" "$REPEATS" <<'PY'
