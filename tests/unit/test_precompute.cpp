@@ -76,6 +76,19 @@ std::string error_of(const PrecomputeOptions& o) {
 
 bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
 
+// What reopening a cache's store takes, read from the cache.
+struct StoreArgs {
+  Signature signature;
+  std::vector<LevelSpec> levels;
+  LabelKinds kinds;
+  StorageOptions storage;
+  explicit StoreArgs(const CacheFileReader& r)
+      : signature(r.signature()), levels(r.levels()), kinds(r.label_kinds()), storage(r.storage()) {}
+  std::unique_ptr<CacheStore> open(const std::string& path) const {
+    return std::make_unique<CacheStore>(path, signature, kinds, storage, CommitPolicy{}, false);
+  }
+};
+
 }  // namespace
 
 TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
@@ -166,27 +179,24 @@ TEST_CASE("commit records rebuild every committed row bit for bit, from recorded
   count_calls(s.options());
   CacheFileReader full(s.cache);
   const RowBatch want = full.read_rows(0, 13);
-  const Signature signature = full.signature();
-  const std::vector<LevelSpec> levels = full.levels();
-  const LabelKinds kinds = full.label_kinds();
-  const StorageOptions storage = full.storage();
+  const StoreArgs args(full);
   fs::remove(s.cache);
   {
-    CacheStore store(s.cache, signature, kinds, storage, CommitPolicy{}, false);
-    store.set_levels(levels);
-    store.expect_rows(5);  // chunks of 5 rows, so commits fall mid-chunk
-    store.append(full.read_rows(0, 7));
-    store.commit();  // chunk 0, and rows 5-6 in the record
-    store.append(full.read_rows(7, 6));
-    store.commit();  // chunk 1, and rows 10-12 in the record
-    store.append(full.read_rows(13, 4));  // never committed
+    auto store = args.open(s.cache);
+    store->set_levels(args.levels);
+    store->expect_rows(5);  // chunks of 5 rows, so commits fall mid-chunk
+    store->append(full.read_rows(0, 7));
+    store->commit();  // chunk 0, and rows 5-6 in the record
+    store->append(full.read_rows(7, 6));
+    store->commit();  // chunk 1, and rows 10-12 in the record
+    store->append(full.read_rows(13, 4));  // never committed
   }  // dropped without consolidating, as a SIGKILL would
   REQUIRE_FALSE(fs::exists(s.cache));
   REQUIRE(fs::exists(s.cache + ".segments/next.h5"));
   {
-    CacheStore store(s.cache, signature, kinds, storage, CommitPolicy{}, false);
-    REQUIRE(store.recovered_rows() == 13);
-    REQUIRE(store.committed().size() == 13);
+    auto store = args.open(s.cache);
+    REQUIRE(store->recovered_rows() == 13);
+    REQUIRE(store->committed().size() == 13);
   }
   REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
   CacheFileReader recovered(s.cache);
@@ -225,25 +235,22 @@ TEST_CASE("a run that commits many times installs the file it built, copying not
   REQUIRE(CacheFileReader(gz.out).storage().compression.to_string() == "gzip:1");
 }
 
-TEST_CASE("committed segments of a crashed run are kept and consolidated by the next run") {
+TEST_CASE("the committed rows of a crashed run are kept and installed by the next run") {
   Setup s;
-  // A run that dies after committing: simulated by committing a segment without consolidating.
+  // A run that dies after committing: simulated by committing and dropping the store.
   PrecomputeOptions o = s.options();
   count_calls(o);
   CacheFileReader full(s.cache);
   const RowBatch rows = full.read_rows(0, 10);
-  Signature signature = full.signature();
-  const std::vector<LevelSpec> levels = full.levels();
-  const LabelKinds kinds = full.label_kinds();
-  const StorageOptions storage = full.storage();
+  const StoreArgs args(full);
   fs::remove(s.cache);
   {
-    CacheStore store(s.cache, signature, kinds, storage, CommitPolicy{}, false);
-    store.set_levels(levels);
-    store.append(rows);
-    store.commit();
-    // A second, uncommitted segment: must not survive.
-    store.append(full.read_rows(10, 5));
+    auto store = args.open(s.cache);
+    store->set_levels(args.levels);
+    store->append(rows);
+    store->commit();
+    // Rows appended after the last commit: must not survive.
+    store->append(full.read_rows(10, 5));
   }  // the store is dropped without consolidating, as a SIGKILL would
   REQUIRE_FALSE(fs::exists(s.cache));
   PrecomputeSummary summary;
