@@ -81,11 +81,7 @@ CacheIndex CacheFileReader::read_index() const {
 
 std::int64_t CacheFileReader::row_feature_bytes() const {
   std::int64_t total = 0;
-  for (const auto& level : levels_) {
-    std::int64_t elems = 1;
-    for (auto d : level.row_shape) elems *= d;
-    total += elems * std::int64_t(element_size(storage_.dtype));
-  }
+  for (const auto& level : levels_) total += std::int64_t(level.row_bytes(storage_.dtype));
   return total;
 }
 
@@ -131,10 +127,7 @@ bool read_rows_by_chunks(hid_t ds, std::int64_t start, std::int64_t count, std::
       return false;
     }
     if (checksum) {
-      const std::uint32_t want = std::uint32_t(raw[data_bytes]) | (std::uint32_t(raw[data_bytes + 1]) << 8) |
-                                 (std::uint32_t(raw[data_bytes + 2]) << 16) |
-                                 (std::uint32_t(raw[data_bytes + 3]) << 24);
-      if (fletcher32(raw.data(), data_bytes) != want) {
+      if (!stored_checksum_matches(raw.data(), data_bytes)) {
         throw IoError(where + ": checksum mismatch in the chunk at row " + std::to_string(first) +
                       "; the file is corrupted (rebuild the cache with --overwrite)");
       }

@@ -75,8 +75,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     h5::write_attr(ds.get(), "stride", level.stride);
     level_datasets_.push_back(std::move(ds));
     DirectLevel direct;
-    direct.row_bytes = elem;
-    for (auto d : level.row_shape) direct.row_bytes *= std::size_t(d);
+    direct.row_bytes = level.row_bytes(storage_.dtype);
     const bool whole_rows = level.row_shape.empty() || chunk[1] == hsize_t(level.row_shape[0]);
     direct.enabled = whole_rows && storage_.checksum && storage_.compression.kind == Compression::Kind::kNone;
     if (direct.enabled) direct.pending.resize(chunk[0] * direct.row_bytes + 4);
@@ -312,8 +311,7 @@ CacheFileWriter::ChunkLocation CacheFileWriter::chunk_location(std::size_t level
 
 std::vector<std::uint8_t> CacheFileWriter::rows_bytes(std::size_t level, std::int64_t first) const {
   const DirectLevel& d = direct_.at(level);
-  std::size_t row_bytes = element_size(storage_.dtype);
-  for (auto dim : levels_[level].row_shape) row_bytes *= std::size_t(dim);
+  const std::size_t row_bytes = levels_[level].row_bytes(storage_.dtype);
   if (d.enabled) {
     if (first != d.rows_written) {
       throw Error(ExitCode::kInternal, "rows_bytes: rows before the pending chunk were asked for");

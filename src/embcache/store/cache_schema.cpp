@@ -10,6 +10,12 @@ std::string LevelSpec::shape_text() const {
   return s + "]";
 }
 
+std::size_t LevelSpec::row_bytes(StorageDtype dtype) const {
+  std::size_t bytes = element_size(dtype);
+  for (auto d : row_shape) bytes *= std::size_t(d);
+  return bytes;
+}
+
 bool is_informational_signature_field(const std::string& key) {
   // "levels" (resolved names) follows from levels_requested and the encoder, which are compared.
   return key == "embcache_version" || key == "encoder_path" || key == "dataset_path" || key == "levels";

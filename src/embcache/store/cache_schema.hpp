@@ -34,6 +34,7 @@ struct LevelSpec {
   std::vector<std::int64_t> row_shape;  // [C, H, W] or [C]
   std::int64_t stride = 0;            // input pixels per feature pixel (0 for vector levels)
   std::string shape_text() const;
+  std::size_t row_bytes(StorageDtype dtype) const;  // stored bytes of one row
 };
 
 // The signature is a JSON object stored as the root attribute "signature". Two caches may share

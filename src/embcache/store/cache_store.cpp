@@ -40,6 +40,11 @@ std::string key_of(const CacheIndex& index, std::size_t row) {
   return key.map_key();
 }
 
+// Rows per read when copying `source`: blocks of about 64 MiB of features.
+std::int64_t rows_per_block(const RowSource& source) {
+  return std::max<std::int64_t>(1, (std::int64_t(64) << 20) / std::max<std::int64_t>(source.row_feature_bytes(), 1));
+}
+
 void remove_quietly(const std::string& path) {
   std::error_code ec;
   fs::remove(path, ec);
@@ -249,7 +254,7 @@ void CacheStore::start_building() {
                                             expected_rows_ > 0 ? old_rows + expected_rows_ : 0);
   if (old) {
     // The old rows come first; the old cache stays the cache until the new file replaces it.
-    const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / std::max<std::int64_t>(old->row_feature_bytes(), 1));
+    const std::int64_t block = rows_per_block(*old);
     for (std::int64_t row = 0; row < old_rows; row += block) {
       next_->append(old->read_rows(row, std::min(block, old_rows - row)));
     }
@@ -388,8 +393,7 @@ ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSou
     for (const auto& k : keep) total_rows += std::count(k.begin(), k.end(), char(1));
     CacheFileWriter writer(tmp, wanted_, levels_, labels_, storage_, total_rows);
     for (std::size_t s = 0; s < sources.size(); ++s) {
-      const std::int64_t row_bytes = std::max<std::int64_t>(sources[s]->row_feature_bytes(), 1);
-      const std::int64_t block = std::max<std::int64_t>(1, (std::int64_t(64) << 20) / row_bytes);
+      const std::int64_t block = rows_per_block(*sources[s]);
       const std::int64_t n = sources[s]->rows();
       std::int64_t row = 0;
       while (row < n) {

@@ -43,12 +43,6 @@ nlohmann::json levels_to_json(const std::vector<LevelSpec>& levels) {
   return j;
 }
 
-std::size_t row_bytes_of(const LevelSpec& level, StorageDtype dtype) {
-  std::size_t bytes = element_size(dtype);
-  for (auto d : level.row_shape) bytes *= std::size_t(d);
-  return bytes;
-}
-
 }  // namespace
 
 void write_commit_record(const std::string& path, const Signature& signature, const LabelKinds& labels,
@@ -134,10 +128,7 @@ void RecordedChunks::read(std::size_t level, std::int64_t chunk_rows, std::size_
       }
       done += std::size_t(got);
     }
-    const std::uint32_t want = std::uint32_t(buffer_[data_bytes]) | (std::uint32_t(buffer_[data_bytes + 1]) << 8) |
-                               (std::uint32_t(buffer_[data_bytes + 2]) << 16) |
-                               (std::uint32_t(buffer_[data_bytes + 3]) << 24);
-    if (fletcher32(buffer_.data(), data_bytes) != want) {
+    if (!stored_checksum_matches(buffer_.data(), data_bytes)) {
       throw IoError(file_ + ": checksum mismatch in committed chunk " + std::to_string(chunk) + " of level " +
                     std::to_string(level) + "; the disk lost committed data, rerun with --overwrite");
     }
@@ -186,7 +177,7 @@ CommittedRows::CommittedRows(std::string path, std::shared_ptr<RecordedChunks> c
 
 std::int64_t CommittedRows::row_feature_bytes() const {
   std::int64_t total = 0;
-  for (const auto& level : levels_) total += std::int64_t(row_bytes_of(level, reader_.storage().dtype));
+  for (const auto& level : levels_) total += std::int64_t(level.row_bytes(reader_.storage().dtype));
   return total;
 }
 
@@ -195,7 +186,7 @@ RowBatch CommittedRows::read_rows(std::int64_t start, std::int64_t count) const 
   const StorageDtype dtype = reader_.storage().dtype;
   const std::string& where = reader_.path();
   for (std::size_t i = 0; i < levels_.size(); ++i) {
-    const std::size_t row_bytes = row_bytes_of(levels_[i], dtype);
+    const std::size_t row_bytes = levels_[i].row_bytes(dtype);
     std::vector<std::int64_t> shape{count};
     shape.insert(shape.end(), levels_[i].row_shape.begin(), levels_[i].row_shape.end());
     at::Tensor t = at::empty(shape, at::TensorOptions().dtype(torch_type(dtype)));

@@ -37,4 +37,11 @@ std::uint32_t fletcher32(const void* data, std::size_t size) {
   return (sum2 << 16) | sum1;
 }
 
+bool stored_checksum_matches(const std::uint8_t* chunk, std::size_t data_bytes) {
+  const std::uint8_t* sum = chunk + data_bytes;
+  const std::uint32_t stored = std::uint32_t(sum[0]) | (std::uint32_t(sum[1]) << 8) | (std::uint32_t(sum[2]) << 16) |
+                               (std::uint32_t(sum[3]) << 24);
+  return fletcher32(chunk, data_bytes) == stored;
+}
+
 }  // namespace embcache

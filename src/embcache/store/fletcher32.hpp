@@ -11,4 +11,8 @@ namespace embcache {
 // HDF5 stores it little-endian after the chunk's bytes.
 std::uint32_t fletcher32(const void* data, std::size_t size);
 
+// A stored chunk as HDF5 writes it: `data_bytes` of data, then their checksum (4 bytes,
+// little-endian). True when the checksum matches.
+bool stored_checksum_matches(const std::uint8_t* chunk, std::size_t data_bytes);
+
 }  // namespace embcache
