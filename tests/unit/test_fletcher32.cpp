@@ -84,3 +84,37 @@ TEST_CASE("fletcher32 matches HDF5's loop on every length and on saturated data"
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   MESSAGE("fletcher32: " << (64.0 / 1024.0) / seconds << " GiB/s");
 }
+
+TEST_CASE("fletcher32_of_rows gives the checksum of rows laid end to end from the rows' own checksums") {
+  auto check = [](const std::vector<std::vector<std::uint8_t>>& rows) {
+    std::vector<std::uint8_t> all;
+    std::vector<std::uint32_t> sums;
+    for (const auto& row : rows) {
+      all.insert(all.end(), row.begin(), row.end());
+      sums.push_back(fletcher32(row.data(), row.size()));
+    }
+    REQUIRE(fletcher32_of_rows(sums.data(), sums.size(), rows.front().size()) == fletcher32(all.data(), all.size()));
+  };
+  std::uint32_t state = 12345;
+  auto random_row = [&](std::size_t bytes) {
+    std::vector<std::uint8_t> row(bytes);
+    for (auto& b : row) b = std::uint8_t((state = state * 1103515245u + 12345u) >> 24);
+    return row;
+  };
+  for (std::size_t bytes : {2, 6, 718, 720, 722, 4096, 147456}) {
+    CAPTURE(bytes);
+    for (std::size_t n : {1, 2, 7, 16}) {
+      CAPTURE(n);
+      std::vector<std::vector<std::uint8_t>> rows;
+      for (std::size_t i = 0; i < n; ++i) rows.push_back(random_row(bytes));
+      check(rows);
+      // All-zero rows first, and rows of 0xff (sums that are multiples of 65535 without being 0).
+      rows.front().assign(bytes, 0);
+      check(rows);
+      for (auto& row : rows) row.assign(bytes, 0xff);
+      check(rows);
+      for (auto& row : rows) row.assign(bytes, 0);
+      check(rows);
+    }
+  }
+}

@@ -131,41 +131,32 @@ std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, con
   return h;
 }
 
-// One pass over the stored bytes of every level, block by block while the block is in cache:
-// the NaN/Inf check (unless allowed), and the checksums of the writer's future chunks, computed
-// here so the I/O thread (the bottleneck of fast encoders) does not. Blocks are R rows, R the
-// chunk rule's rows per chunk; the writer uses a block's checksum only where its chunk grid lines
-// up with it, and computes the rest. Returns the level and row of the first NaN/Inf, if any.
+// One pass over the stored bytes of every level, row by row while the row is in cache: the
+// NaN/Inf check (unless allowed), and each row's checksum, computed here so the I/O thread (the
+// bottleneck of fast encoders) only combines them into its chunks' checksums. Returns the level
+// and row of the first NaN/Inf, if any.
 struct NonfiniteAt {
   std::size_t level;
   std::int64_t row;
 };
-std::optional<NonfiniteAt> scan_rows(RowBatch& rows, const std::vector<LevelSpec>& specs, const StorageOptions& storage,
-                                     bool check_finite) {
+std::optional<NonfiniteAt> scan_rows(RowBatch& rows, const StorageOptions& storage, bool check_finite) {
   const std::int64_t n = rows.levels.empty() ? 0 : rows.levels.front().size(0);
   if (n == 0) return std::nullopt;
   const std::size_t elem = element_size(storage.dtype);
-  std::int64_t r = std::int64_t(1) << 30;
-  for (const auto& spec : specs) r = std::min<std::int64_t>(r, std::int64_t(chunk_shape(spec.row_shape, elem)[0]));
-  const bool sums = storage.checksum && storage.compression.kind == Compression::Kind::kNone &&
-                    specs.size() == rows.levels.size() && n >= r;
-  if (sums) rows.checksum_rows = r;
-  const std::int64_t block = sums ? r : n;
+  const bool sums = storage.checksum && storage.compression.kind == Compression::Kind::kNone;
   for (std::size_t k = 0; k < rows.levels.size(); ++k) {
     const at::Tensor& t = rows.levels[k];
     const std::size_t row_values = std::size_t(t.numel() / n);
     const std::size_t row_bytes = row_values * elem;
     const auto* data = static_cast<const std::uint8_t*>(t.data_ptr());
-    std::vector<std::uint32_t> level_sums;
-    for (std::int64_t first = 0; first < n; first += block) {
-      const std::int64_t count = std::min(block, n - first);
-      const std::uint8_t* at = data + std::size_t(first) * row_bytes;
-      if (check_finite && !all_finite(at, std::size_t(count) * row_values, storage.dtype)) {
-        return NonfiniteAt{k, first + first_nonfinite_row(at, count, row_values, storage.dtype)};
-      }
-      if (sums && count == r) level_sums.push_back(fletcher32(at, std::size_t(r) * row_bytes));
+    std::vector<std::uint32_t> row_sums;
+    if (sums) row_sums.reserve(std::size_t(n));
+    for (std::int64_t row = 0; row < n; ++row) {
+      const std::uint8_t* at = data + std::size_t(row) * row_bytes;
+      if (check_finite && !all_finite(at, row_values, storage.dtype)) return NonfiniteAt{k, row};
+      if (sums) row_sums.push_back(fletcher32(at, row_bytes));
     }
-    if (sums) rows.level_checksums.push_back(std::move(level_sums));
+    if (sums) rows.row_checksums.push_back(std::move(row_sums));
   }
   return std::nullopt;
 }
@@ -682,7 +673,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         rows.levels.push_back(stored.to(at::kCPU).contiguous());
         computed_bytes += std::int64_t(rows.levels.back().nbytes());
       }
-      if (const auto bad = scan_rows(rows, specs, opt.storage, !options.allow_nonfinite)) {
+      if (const auto bad = scan_rows(rows, opt.storage, !options.allow_nonfinite)) {
         throw InputError("level " + specs[bad->level].name + " of crop " +
                          encoded->items[std::size_t(bad->row)].key.describe() +
                          " has NaN/Inf features (or values too large for " + to_string(opt.storage.dtype) +

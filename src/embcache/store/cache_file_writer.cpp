@@ -167,9 +167,9 @@ void CacheFileWriter::append(const RowBatch& batch) {
       throw Error(ExitCode::kInternal, "level " + levels_[i].name + " is not in the storage dtype");
     }
     if (direct_[i].enabled) {
-      const bool have_sums = batch.level_checksums.size() == levels_.size();
+      const bool have_sums = batch.row_checksums.size() == levels_.size() && batch.row_checksums[i].size() == n;
       append_direct(i, static_cast<const std::uint8_t*>(t.data_ptr()), n,
-                    have_sums ? &batch.level_checksums[i] : nullptr, std::size_t(batch.checksum_rows));
+                    have_sums ? batch.row_checksums[i].data() : nullptr);
     } else {
       // The memory type equals the file type: HDF5 copies bytes, it never converts floats.
       h5::append_rows(level_datasets_[i].get(), storage_type_.get(), n, t.data_ptr(),
@@ -203,7 +203,7 @@ void CacheFileWriter::append(const RowBatch& batch) {
 }
 
 void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows,
-                                    const std::vector<std::uint32_t>* sums, std::size_t sum_rows) {
+                                    const std::uint32_t* row_sums) {
   DirectLevel& d = direct_[level];
   const std::size_t chunk_rows = (d.pending.size() - 4) / d.row_bytes;
   // Extend once for every full chunk this append completes (one metadata update, not one per chunk).
@@ -214,31 +214,30 @@ void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data,
     dims[0] = hsize_t(d.rows_written) + full_rows;
     h5::check_status(H5Dset_extent(level_datasets_[level].get(), dims.data()), "cannot extend", where);
   }
-  std::size_t consumed = 0;  // rows of this batch already taken
   while (rows > 0) {
     const std::size_t take = std::min(rows, chunk_rows - d.pending_rows);
-    // A whole chunk that starts a chunk in the file and a checksum block of the batch: its
-    // checksum was computed off this thread.
-    const std::uint32_t* sum = nullptr;
-    if (sums && sum_rows == chunk_rows && d.pending_rows == 0 && take == chunk_rows && consumed % chunk_rows == 0 &&
-        consumed / chunk_rows < sums->size()) {
-      sum = &(*sums)[consumed / chunk_rows];
+    // The rows' checksums come along while every pending row has one; else the chunk's is
+    // computed here.
+    if (row_sums && d.pending_sums.size() == d.pending_rows) {
+      d.pending_sums.insert(d.pending_sums.end(), row_sums, row_sums + take);
     }
     std::memcpy(d.pending.data() + d.pending_rows * d.row_bytes, data, take * d.row_bytes);
     d.pending_rows += take;
     data += take * d.row_bytes;
+    if (row_sums) row_sums += take;
     rows -= take;
-    consumed += take;
-    if (d.pending_rows == chunk_rows) write_pending_chunk(level, sum);
+    if (d.pending_rows == chunk_rows) write_pending_chunk(level);
   }
 }
 
-void CacheFileWriter::write_pending_chunk(std::size_t level, const std::uint32_t* precomputed) {
+void CacheFileWriter::write_pending_chunk(std::size_t level) {
   DirectLevel& d = direct_[level];
   const std::string where = path_ + ":/levels/" + levels_[level].name;
   const hid_t ds = level_datasets_[level].get();
   const std::size_t data_bytes = d.pending.size() - 4;
-  const std::uint32_t sum = precomputed ? *precomputed : fletcher32(d.pending.data(), data_bytes);
+  const std::uint32_t sum = d.pending_sums.size() == d.pending_rows
+                                ? fletcher32_of_rows(d.pending_sums.data(), d.pending_rows, d.row_bytes)
+                                : fletcher32(d.pending.data(), data_bytes);
   for (int b = 0; b < 4; ++b) d.pending[data_bytes + std::size_t(b)] = std::uint8_t(sum >> (8 * b));
   std::vector<hsize_t> offset(levels_[level].row_shape.size() + 1, 0);
   offset[0] = hsize_t(d.rows_written);  // the extent was set by append_direct
@@ -246,6 +245,7 @@ void CacheFileWriter::write_pending_chunk(std::size_t level, const std::uint32_t
                    "cannot write a chunk of", where);
   d.rows_written += std::int64_t(d.pending_rows);
   d.pending_rows = 0;
+  d.pending_sums.clear();
 }
 
 void CacheFileWriter::flush_pending_rows(std::size_t level) {
@@ -256,6 +256,7 @@ void CacheFileWriter::flush_pending_rows(std::size_t level) {
                   path_ + ":/levels/" + levels_[level].name);
   d.rows_written += std::int64_t(d.pending_rows);
   d.pending_rows = 0;
+  d.pending_sums.clear();
 }
 
 void CacheFileWriter::start_writeback() {

@@ -62,11 +62,11 @@ class CacheFileWriter {
     std::size_t row_bytes = 0;
     std::vector<std::uint8_t> pending;  // one chunk of rows + 4 checksum bytes
     std::size_t pending_rows = 0;
+    std::vector<std::uint32_t> pending_sums;  // the pending rows' checksums, while every row came with one
     std::int64_t rows_written = 0;
   };
-  void append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows,
-                     const std::vector<std::uint32_t>* sums, std::size_t sum_rows);
-  void write_pending_chunk(std::size_t level, const std::uint32_t* sum = nullptr);
+  void append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows, const std::uint32_t* row_sums);
+  void write_pending_chunk(std::size_t level);
   void flush_pending_rows(std::size_t level);
   void flush_index();
   static constexpr std::size_t kIndexRowsPerWrite = 4096;

@@ -273,7 +273,7 @@ void CacheStore::append(const RowBatch& batch) {
   next_->append(batch);
   RowBatch index = batch;
   index.levels.clear();
-  index.level_checksums.clear();
+  index.row_checksums.clear();
   for (std::size_t row = 0; row < batch.size(); ++row) {
     CropKey key{batch.groups[row], batch.windows[row],
                 {batch.bounds[4 * row], batch.bounds[4 * row + 1], batch.bounds[4 * row + 2], batch.bounds[4 * row + 3]}};

@@ -60,7 +60,7 @@ void write_commit_record(const std::string& path, const Signature& signature, co
     for (const RowBatch& part : parts) {
       RowBatch index = part;
       index.levels.clear();
-      index.level_checksums.clear();
+      index.row_checksums.clear();
       writer.append(index);
     }
     writer.close();

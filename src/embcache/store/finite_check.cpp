@@ -28,13 +28,4 @@ bool all_finite(const void* data, std::size_t count, StorageDtype dtype) {
   return true;
 }
 
-std::int64_t first_nonfinite_row(const void* data, std::int64_t rows, std::size_t row_values, StorageDtype dtype) {
-  const auto* bytes = static_cast<const std::uint8_t*>(data);
-  const std::size_t row_bytes = row_values * element_size(dtype);
-  for (std::int64_t r = 0; r < rows; ++r) {
-    if (!all_finite(bytes + std::size_t(r) * row_bytes, row_values, dtype)) return r;
-  }
-  return -1;
-}
-
 }  // namespace embcache

@@ -18,10 +18,9 @@ struct RowBatch {
   at::Tensor label_value;          // float32 [n] or [n, K]
   at::Tensor label_mask;           // int32 [n, h, w]
   at::Tensor label_pixel_value;    // float32 [n, h, w]
-  // Optional, computed off the I/O thread: per level, the fletcher32 of rows [k*R, (k+1)*R) for
-  // each full block, R = checksum_rows. The writer uses them when its chunks line up with them.
-  std::vector<std::vector<std::uint32_t>> level_checksums;
-  std::int64_t checksum_rows = 0;
+  // Optional, computed off the I/O thread: per level, the fletcher32 of each row's stored bytes.
+  // The writer combines them into its chunks' checksums (fletcher32_of_rows).
+  std::vector<std::vector<std::uint32_t>> row_checksums;
   std::size_t size() const { return windows.size(); }
   std::int64_t feature_bytes() const {
     std::int64_t total = 0;
