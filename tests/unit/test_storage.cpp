@@ -6,6 +6,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
+#include "embcache/store/fletcher32.hpp"
 #include "embcache/store/h5.hpp"
 #include "test_support.hpp"
 
@@ -147,6 +148,52 @@ TEST_CASE("chunks hold whole rows up to 1 MiB, and split huge rows by channel") 
   REQUIRE(huge[0] == 1);
   REQUIRE(huge[1] * 64 * 64 * 4 <= (1u << 20));
   REQUIRE(huge[2] == 64);
+}
+
+TEST_CASE("a batch is written chunk by chunk, with other HDF5 work between chunks, and row checksums combine") {
+  testing::TempDir dir;
+  const std::string path = dir.file("c.h5"), other = dir.file("other.h5");
+  {
+    h5::Handle f = h5::create_file(other);  // something else to read between chunks
+    h5::write_attr(f.get(), "x", std::int64_t(7));
+  }
+  LabelKinds labels;
+  labels.has_class = true;
+  const LevelSpec level = feat_level({64, 32, 32});  // 256 KiB rows: 4 rows per 1 MiB chunk
+  const std::int64_t chunk_rows = std::int64_t(chunk_shape(level.row_shape, 4)[0]);
+  REQUIRE(chunk_rows == 4);
+  const at::Tensor f = at::randn({23, 64, 32, 32});
+  std::int64_t calls = 0, attr = 0;
+  auto between = [&] {
+    ++calls;
+    h5::Handle o = h5::open_file(other, false);
+    attr = h5::read_attr_int(o.get(), "x").value_or(-1);
+  };
+  {
+    CacheFileWriter writer(path, test_signature(StorageDtype::kFloat32), {level}, labels, StorageOptions{});
+    std::int64_t first = 0;
+    // Batches of 10, 6 and 7 rows: chunks start mid-batch; the middle batch has no row checksums.
+    for (std::int64_t n : {10, 6, 7}) {
+      RowBatch rows = make_rows(n, first, StorageDtype::kFloat32, f.slice(0, first, first + n).contiguous());
+      if (n != 6) {
+        std::vector<std::uint32_t> sums;
+        for (std::int64_t r = 0; r < n; ++r) sums.push_back(fletcher32(rows.levels[0][r].data_ptr(), 64 * 32 * 32 * 4));
+        rows.row_checksums.push_back(sums);
+      }
+      const std::int64_t chunks_before = writer.written_chunks(0);
+      writer.append(rows, between);
+      REQUIRE(calls == writer.written_chunks(0));
+      REQUIRE(writer.written_chunks(0) == (first + n) / chunk_rows);
+      REQUIRE(writer.written_chunks(0) > chunks_before);
+      first += n;
+    }
+    writer.close();
+  }
+  REQUIRE(attr == 7);
+  // The reader verifies every chunk's checksum (and a wrong one throws).
+  CacheFileReader reader(path);
+  const RowBatch back = reader.read_rows(0, 23);
+  REQUIRE(at::equal(back.levels[0], f));
 }
 
 TEST_CASE("compression options parse, and unknown ones are usage errors") {

@@ -445,7 +445,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   Progress progress("precompute", summary.crops_total,
                     options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
 
-  // Stage 1 (the only HDF5 thread): read windows, write finished rows.
+  // Stage 1 (the only HDF5 thread): read windows, write finished rows. Reading comes first: the
+  // encoder waits for the next windows, while finished rows can wait in their bounded queue. A
+  // large batch is written chunk by chunk with reads in between, so the next windows never wait
+  // for a whole batch's write.
   std::thread io_thread = stage(ctx, [&] {
     bool normal_now = true;  // threads start at normal scheduling
     priority.follow(normal_now);
@@ -453,8 +456,33 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     std::size_t next = 0;
     bool reading_done = false;
     bool levels_set = false;
+    std::exception_ptr read_error;  // a read that failed between two chunks of a batch
+    auto read_ahead = [&] {         // reads windows while the raw queue has room
+      while (!reading_done && !read_error) {
+        if (stop_requested() || next >= windows.size()) {
+          raw_queue.close();
+          reading_done = true;
+          return;
+        }
+        if (!raw_queue.has_space()) return;
+        const auto t0 = Clock::now();
+        RawWindow raw{next, source->read(next)};
+        read_seconds += seconds_since(t0);
+        ++next;
+        raw_queue.push(std::move(raw));
+      }
+    };
+    // Between two chunks the batch is half written: a read error waits until it is complete.
+    auto read_between_chunks = [&] {
+      try {
+        read_ahead();
+      } catch (...) {
+        read_error = std::current_exception();
+      }
+    };
     while (!ctx.failed()) {
       priority.follow(normal_now);
+      read_ahead();
       if (auto rows = row_queue.try_pop()) {
         const auto t0 = Clock::now();
         try {
@@ -462,7 +490,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
             store.set_levels(ctx.levels());
             levels_set = true;
           }
-          store.append(*rows);
+          store.append(*rows, read_between_chunks);
         } catch (...) {
           io_failed = true;
           throw;
@@ -470,26 +498,12 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         write_seconds += seconds_since(t0);
         written += std::int64_t(rows->size());
         progress.update(written + skipped);
+        if (read_error) std::rethrow_exception(read_error);
         continue;
       }
       if (row_queue.drained()) {
         io_done = true;
         break;
-      }
-      if (!reading_done) {
-        if (stop_requested() || next >= windows.size()) {
-          raw_queue.close();
-          reading_done = true;
-          continue;
-        }
-        if (raw_queue.has_space()) {
-          const auto t0 = Clock::now();
-          RawWindow raw{next, source->read(next)};
-          read_seconds += seconds_since(t0);
-          ++next;
-          raw_queue.push(std::move(raw));
-          continue;
-        }
       }
       progress.update(written + skipped);
       std::unique_lock<std::mutex> lock(io_mutex);

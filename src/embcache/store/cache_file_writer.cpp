@@ -144,7 +144,7 @@ void CacheFileWriter::create_pixel_value_dataset(std::int64_t height, std::int64
   label_pixel_value_ = create_dense_label_dataset(cache_paths::kLabelPixelValue, H5T_IEEE_F32LE, height, width, StorageOptions{});
 }
 
-void CacheFileWriter::append(const RowBatch& batch) {
+void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>& between_chunks) {
   const std::size_t n = batch.size();
   if (n == 0) return;
   if (batch.groups.size() != n || batch.splits.size() != n || batch.bounds.size() != 4 * n ||
@@ -169,7 +169,7 @@ void CacheFileWriter::append(const RowBatch& batch) {
     if (direct_[i].enabled) {
       const bool have_sums = batch.row_checksums.size() == levels_.size() && batch.row_checksums[i].size() == n;
       append_direct(i, static_cast<const std::uint8_t*>(t.data_ptr()), n,
-                    have_sums ? batch.row_checksums[i].data() : nullptr);
+                    have_sums ? batch.row_checksums[i].data() : nullptr, between_chunks);
     } else {
       // The memory type equals the file type: HDF5 copies bytes, it never converts floats.
       h5::append_rows(level_datasets_[i].get(), storage_type_.get(), n, t.data_ptr(),
@@ -203,7 +203,7 @@ void CacheFileWriter::append(const RowBatch& batch) {
 }
 
 void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows,
-                                    const std::uint32_t* row_sums) {
+                                    const std::uint32_t* row_sums, const std::function<void()>& between_chunks) {
   DirectLevel& d = direct_[level];
   const std::size_t chunk_rows = (d.pending.size() - 4) / d.row_bytes;
   // Extend once for every full chunk this append completes (one metadata update, not one per chunk).
@@ -226,7 +226,10 @@ void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data,
     data += take * d.row_bytes;
     if (row_sums) row_sums += take;
     rows -= take;
-    if (d.pending_rows == chunk_rows) write_pending_chunk(level);
+    if (d.pending_rows == chunk_rows) {
+      write_pending_chunk(level);
+      if (between_chunks) between_chunks();
+    }
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -22,7 +23,10 @@ class CacheFileWriter {
   CacheFileWriter(const CacheFileWriter&) = delete;
   CacheFileWriter& operator=(const CacheFileWriter&) = delete;
 
-  void append(const RowBatch& batch);
+  // `between_chunks`, when set, runs after each feature chunk written: the one thread that may
+  // call HDF5 can serve other work (reading the next windows) in the middle of a large batch. It
+  // must not throw, and must not touch this file.
+  void append(const RowBatch& batch, const std::function<void()>& between_chunks = {});
   // Flushes and closes; throws on failure (the file must then be discarded).
   void close();
   // Asks the kernel to start writing the file's dirty pages now, without waiting, so that the
@@ -65,7 +69,8 @@ class CacheFileWriter {
     std::vector<std::uint32_t> pending_sums;  // the pending rows' checksums, while every row came with one
     std::int64_t rows_written = 0;
   };
-  void append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows, const std::uint32_t* row_sums);
+  void append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows, const std::uint32_t* row_sums,
+                     const std::function<void()>& between_chunks);
   void write_pending_chunk(std::size_t level);
   void flush_pending_rows(std::size_t level);
   void flush_index();

@@ -267,10 +267,10 @@ void CacheStore::start_building() {
   writeback_mark_ = next_->feature_bytes();
 }
 
-void CacheStore::append(const RowBatch& batch) {
+void CacheStore::append(const RowBatch& batch, const std::function<void()>& between_chunks) {
   if (batch.size() == 0) return;
   if (!next_) start_building();
-  next_->append(batch);
+  next_->append(batch, between_chunks);
   RowBatch index = batch;
   index.levels.clear();
   index.row_checksums.clear();

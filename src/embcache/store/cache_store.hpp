@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -55,8 +56,8 @@ class CacheStore {
   // The levels this run writes; InputError when they differ from those already committed.
   void set_levels(std::vector<LevelSpec> levels);
   // Appends to the file being built (starting it, with the old cache's rows, if needed) and
-  // commits when the policy says.
-  void append(const RowBatch& batch);
+  // commits when the policy says. `between_chunks`: see CacheFileWriter::append.
+  void append(const RowBatch& batch, const std::function<void()>& between_chunks = {});
   // Makes every appended row durable: fsyncs the file being built and renames a commit record
   // into place. No-op when nothing is uncommitted.
   void commit();
