@@ -1,15 +1,19 @@
 #include "doctest_torch.hpp"
 
 #include <malloc.h>
+#include <omp.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <stdexcept>
+#include <thread>
 
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/pipeline/bounded_queue.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_file_reader.hpp"
@@ -475,6 +479,42 @@ TEST_CASE("under auto, the stages decide light or heavy once, on the fastest sto
   CHECK(heavy.decision() == "idle");
   for (int batch = 0; batch < 8; ++batch) idle.observe(4e6, 0.001);
   CHECK(idle.decision() == "idle");
+}
+
+TEST_CASE("the encoder's waits hold its OpenMP workers inside a region, run once on the caller, and pass errors on") {
+  const auto caller = std::this_thread::get_id();
+  int calls = 0, team = 0;
+  bool in_region = false, on_caller = false;
+  wait_with_openmp_workers_asleep(2, [&] {
+    ++calls;
+    on_caller = std::this_thread::get_id() == caller;
+    in_region = omp_in_parallel() != 0;
+    team = omp_get_num_threads();  // the other worker waits on a condition variable, not spinning
+  });
+  CHECK(calls == 1);
+  CHECK(on_caller);
+  CHECK(in_region);
+  CHECK(team == 2);
+  CHECK_THROWS_AS(wait_with_openmp_workers_asleep(2, [] { throw std::runtime_error("stop"); }), std::runtime_error);
+  // One thread: no region at all.
+  wait_with_openmp_workers_asleep(1, [&] { in_region = omp_in_parallel() != 0; });
+  CHECK_FALSE(in_region);
+}
+
+TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed") {
+  BoundedQueue<int> queue(2);
+  std::thread producer([&] {
+    queue.push(1);
+    queue.push(2);
+  });
+  queue.wait_for_items(5);  // capped at the capacity: a producer blocked on a full queue cannot add more
+  producer.join();
+  CHECK(queue.pop() == 1);
+  queue.wait_for_space();
+  queue.close();
+  queue.wait_for_items(2);  // closed: returns with one item left
+  CHECK(queue.pop() == 2);
+  CHECK_FALSE(queue.pop().has_value());
 }
 
 TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only while it lives") {

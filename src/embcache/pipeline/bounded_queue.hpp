@@ -1,6 +1,7 @@
 // A fixed-capacity blocking queue joining two pipeline stages; closing it wakes every waiter.
 #pragma once
 
+#include <algorithm>
 #include <condition_variable>
 #include <deque>
 #include <functional>
@@ -26,7 +27,7 @@ class BoundedQueue {
       if (closed_) return false;
       items_.push_back(std::move(item));
     }
-    not_empty_.notify_one();
+    not_empty_.notify_all();  // a pop() and a wait_for_items() may both wait
     notify_listener();
     return true;
   }
@@ -41,7 +42,7 @@ class BoundedQueue {
       item = std::move(items_.front());
       items_.pop_front();
     }
-    not_full_.notify_one();
+    not_full_.notify_all();  // a push() and a wait_for_space() may both wait
     notify_listener();
     return item;
   }
@@ -54,7 +55,7 @@ class BoundedQueue {
       item = std::move(items_.front());
       items_.pop_front();
     }
-    not_full_.notify_one();
+    not_full_.notify_all();  // a push() and a wait_for_space() may both wait
     notify_listener();
     return item;
   }
@@ -69,6 +70,19 @@ class BoundedQueue {
     not_empty_.notify_all();
     not_full_.notify_all();
     notify_listener();
+  }
+
+  // Blocks until `n` items (at most the capacity) are queued or the queue is closed.
+  void wait_for_items(std::size_t n) const {
+    n = std::min(n, capacity_);
+    std::unique_lock<std::mutex> lock(mutex_);
+    not_empty_.wait(lock, [&] { return closed_ || items_.size() >= n; });
+  }
+
+  // Blocks until there is room for an item or the queue is closed.
+  void wait_for_space() const {
+    std::unique_lock<std::mutex> lock(mutex_);
+    not_full_.wait(lock, [&] { return closed_ || items_.size() < capacity_; });
   }
 
   bool has_space() const {
@@ -90,7 +104,7 @@ class BoundedQueue {
   }
   const std::size_t capacity_;
   mutable std::mutex mutex_;
-  std::condition_variable not_empty_, not_full_;
+  mutable std::condition_variable not_empty_, not_full_;
   std::deque<T> items_;
   bool closed_ = false;
   std::function<void()> listener_;

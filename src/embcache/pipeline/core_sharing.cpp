@@ -7,6 +7,9 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
 #include <thread>
 
 namespace embcache {
@@ -43,6 +46,36 @@ std::string StagePriority::decision() const {
 bool StagePriority::wait_decided(const std::function<bool()>& finished) const {
   while (state_.load() == kUndecided && !finished()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
   return state_.load() == kNormal;
+}
+
+void wait_with_openmp_workers_asleep(int threads, const std::function<void()>& wait) {
+  if (threads < 2 || omp_in_parallel()) {
+    wait();
+    return;
+  }
+  std::mutex mutex;
+  std::condition_variable woken;
+  bool done = false;
+  std::exception_ptr error;
+#pragma omp parallel num_threads(threads)
+  {
+    if (omp_get_thread_num() == 0) {
+      try {
+        wait();
+      } catch (...) {
+        error = std::current_exception();
+      }
+      {
+        std::lock_guard<std::mutex> lock(mutex);
+        done = true;
+      }
+      woken.notify_all();
+    } else {
+      std::unique_lock<std::mutex> lock(mutex);
+      woken.wait(lock, [&] { return done; });
+    }
+  }
+  if (error) std::rethrow_exception(error);
 }
 
 OpenMpSpinThrottle::OpenMpSpinThrottle(int threads) : active_(threads >= 2) {

@@ -55,6 +55,15 @@ constexpr double kWriterBytesPerSecond = 2e9;
 // Measured on 2 cores with the stages at normal scheduling, light benchmark: 0.43-0.50 ->
 // 0.61-0.66 of plain HDF5 speed, with a third less CPU time. Not for compute-bound encoders:
 // with 100 spins their workers sleep between regions (heavy benchmark 1.19 -> 1.24).
+// Runs `wait` (a call that blocks until the encoder's next input is ready) with this thread's
+// idle OpenMP workers asleep. After a parallel region libgomp's workers spin ~300000 iterations
+// (~3 ms here) before they sleep, so through a wait for the stages they hold cores the stages
+// need: on 2 cores the reading, cropping and writing then ran on one core while the other spun.
+// Here the workers join a parallel region and sleep on a condition variable until `wait`
+// returns. `threads` is the intra-op thread count the encoder runs with (the same team is
+// reused). Exceptions from `wait` are rethrown after the region.
+void wait_with_openmp_workers_asleep(int threads, const std::function<void()>& wait);
+
 class OpenMpSpinThrottle {
  public:
   explicit OpenMpSpinThrottle(int threads);

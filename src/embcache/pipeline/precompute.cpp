@@ -614,6 +614,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       priority.observe(double(feature_bytes), last_call_seconds);
       for (auto& item : items) item.input = at::Tensor();  // free inputs early
       encoded.items = std::move(items);
+      // While the writer catches up the cores are the stages' (core_sharing.hpp).
+      if (!opt.device.is_cuda()) wait_with_openmp_workers_asleep(opt.threads, [&] { encoded_queue.wait_for_space(); });
       return encoded_queue.push(std::move(encoded));
     };
     std::vector<CropItem> pending;
@@ -661,6 +663,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
                                     std::make_move_iterator(pending.begin() + std::ptrdiff_t(batch)));
         pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(batch));
         if (!emit(std::move(items))) return;
+        if (!opt.device.is_cuda() && pending.size() < batch) {
+          // The stages need the cores while the next batch is prepared (core_sharing.hpp).
+          wait_with_openmp_workers_asleep(opt.threads, [&] { crop_queue.wait_for_items(batch - pending.size()); });
+        }
       }
       auto item = crop_queue.pop();
       if (!item) break;
