@@ -485,6 +485,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       read_ahead();
       if (auto rows = row_queue.try_pop()) {
         const auto t0 = Clock::now();
+        const double read_before = read_seconds;  // reads between chunks are read time
         try {
           if (!levels_set) {
             store.set_levels(ctx.levels());
@@ -495,7 +496,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
           io_failed = true;
           throw;
         }
-        write_seconds += seconds_since(t0);
+        write_seconds += seconds_since(t0) - (read_seconds - read_before);
         written += std::int64_t(rows->size());
         progress.update(written + skipped);
         if (read_error) std::rethrow_exception(read_error);
