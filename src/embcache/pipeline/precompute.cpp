@@ -10,6 +10,7 @@
 #include <cmath>
 #include <condition_variable>
 #include <filesystem>
+#include <functional>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -143,7 +144,7 @@ std::optional<NonfiniteAt> scan_rows(RowBatch& rows, const StorageOptions& stora
   const std::int64_t n = rows.levels.empty() ? 0 : rows.levels.front().size(0);
   if (n == 0) return std::nullopt;
   const std::size_t elem = element_size(storage.dtype);
-  const bool sums = storage.checksum && storage.compression.kind == Compression::Kind::kNone;
+  const bool sums = storage.own_checksums();
   for (std::size_t k = 0; k < rows.levels.size(); ++k) {
     const at::Tensor& t = rows.levels[k];
     const std::size_t row_values = std::size_t(t.numel() / n);
@@ -560,6 +561,15 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     std::vector<std::size_t> selected;
     std::vector<LevelSpec> specs;
     double last_call_seconds = 0;
+    // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
+    // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp).
+    auto wait_cores_free = [&](const std::function<void()>& wait) {
+      if (opt.device.is_cuda()) {
+        wait();
+      } else {
+        wait_with_openmp_workers_asleep(opt.threads, wait);
+      }
+    };
     auto run = [&](const at::Tensor& batch) {
       const auto t0 = Clock::now();
       EncoderOutput out = encoder.forward(batch);
@@ -615,8 +625,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       priority.observe(double(feature_bytes), last_call_seconds);
       for (auto& item : items) item.input = at::Tensor();  // free inputs early
       encoded.items = std::move(items);
-      // While the writer catches up the cores are the stages' (core_sharing.hpp).
-      if (!opt.device.is_cuda()) wait_with_openmp_workers_asleep(opt.threads, [&] { encoded_queue.wait_for_space(); });
+      wait_cores_free([&] { encoded_queue.wait_for_space(); });
       return encoded_queue.push(std::move(encoded));
     };
     std::vector<CropItem> pending;
@@ -664,10 +673,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
                                     std::make_move_iterator(pending.begin() + std::ptrdiff_t(batch)));
         pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(batch));
         if (!emit(std::move(items))) return;
-        if (!opt.device.is_cuda() && pending.size() < batch) {
-          // The stages need the cores while the next batch is prepared (core_sharing.hpp).
-          wait_with_openmp_workers_asleep(opt.threads, [&] { crop_queue.wait_for_items(batch - pending.size()); });
-        }
+        if (pending.size() < batch) wait_cores_free([&] { crop_queue.wait_for_items(batch - pending.size()); });
       }
       auto item = crop_queue.pop();
       if (!item) break;

@@ -77,7 +77,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     DirectLevel direct;
     direct.row_bytes = level.row_bytes(storage_.dtype);
     const bool whole_rows = level.row_shape.empty() || chunk[1] == hsize_t(level.row_shape[0]);
-    direct.enabled = whole_rows && storage_.checksum && storage_.compression.kind == Compression::Kind::kNone;
+    direct.enabled = whole_rows && storage_.own_checksums();
     if (direct.enabled) direct.pending.resize(chunk[0] * direct.row_bytes + 4);
     direct_.push_back(std::move(direct));
   }

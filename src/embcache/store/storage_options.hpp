@@ -31,6 +31,9 @@ struct StorageOptions {
   StorageDtype dtype = StorageDtype::kFloat32;
   Compression compression;
   bool checksum = true;  // fletcher32 per chunk: a corrupted chunk fails on read
+  // Whole-row chunks are then written by embcache (H5Dwrite_chunk) with the fletcher32 it computes
+  // itself, from row checksums made off the I/O thread; otherwise HDF5's filters do the work.
+  bool own_checksums() const { return checksum && compression.kind == Compression::Kind::kNone; }
 };
 
 // Rows per chunk for rows of `row_bytes`: as many whole rows as fit in kTargetChunkBytes (at least
