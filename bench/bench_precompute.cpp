@@ -1,6 +1,7 @@
 // Benchmark for `precompute`: one run through the real pipeline (the same code as the CLI),
-// the same batches through the encoder alone (no I/O), and plain HDF5 write speed measured in
-// the same process as the yardstick. Prints one JSON object; scripts/bench_precompute.sh
+// the same batches through a freshly loaded copy of the encoder alone (no I/O, warm-up
+// included as in the run), and plain HDF5 write speed measured in the same process as the
+// yardstick. Prints one JSON object; scripts/bench_precompute.sh
 // drives it. Not a test: it asserts nothing.
 #include <CLI/CLI.hpp>
 

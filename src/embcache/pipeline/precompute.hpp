@@ -34,7 +34,8 @@ struct PrecomputeSummary {
   std::int64_t superseded_rows = 0;
   std::int64_t rows_copied_at_end = 0;  // 0 unless compression or stale rows made the end copy rows
   std::int64_t recovered_rows = 0;      // rows an interrupted run had committed, installed first
-  double encoder_only_seconds = -1.0;  // set by measure_encoder_only
+  double encoder_only_seconds = -1.0;        // set by measure_encoder_only
+  double encoder_only_first_calls_seconds = 0;  // of which the first two calls (warm-up)
   bool interrupted = false;
   nlohmann::json to_json() const;
   std::string one_line() const;
