@@ -1,9 +1,13 @@
 #include "doctest_torch.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <filesystem>
 #include <fstream>
 
 #include "embcache/core/error.hpp"
+#include "embcache/store/background_writeback.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 #include "embcache/store/fletcher32.hpp"
@@ -151,6 +155,8 @@ TEST_CASE("chunks hold whole rows up to 1 MiB, and split huge rows by channel") 
 }
 
 TEST_CASE("a batch is written chunk by chunk, with other HDF5 work between chunks, and row checksums combine") {
+  // Full chunks with rows after them are written from the batch's memory (their checksum
+  // borrows the next 4 bytes): the batch must come back unchanged.
   testing::TempDir dir;
   const std::string path = dir.file("c.h5"), other = dir.file("other.h5");
   {
@@ -181,7 +187,9 @@ TEST_CASE("a batch is written chunk by chunk, with other HDF5 work between chunk
         rows.row_checksums.push_back(sums);
       }
       const std::int64_t chunks_before = writer.written_chunks(0);
+      const at::Tensor before = rows.levels[0].clone();
       writer.append(rows, between);
+      REQUIRE(at::equal(rows.levels[0], before));
       REQUIRE(calls == writer.written_chunks(0));
       REQUIRE(writer.written_chunks(0) == (first + n) / chunk_rows);
       REQUIRE(writer.written_chunks(0) > chunks_before);
@@ -194,6 +202,38 @@ TEST_CASE("a batch is written chunk by chunk, with other HDF5 work between chunk
   CacheFileReader reader(path);
   const RowBatch back = reader.read_rows(0, 23);
   REQUIRE(at::equal(back.levels[0], f));
+}
+
+TEST_CASE("writeback ranges are submitted by the helper thread, and a writer that used it closes cleanly") {
+  testing::TempDir dir;
+  {
+    const std::string path = dir.file("w.bin");
+    std::ofstream(path, std::ios::binary) << std::string(1 << 16, 'x');
+    const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+    REQUIRE(fd >= 0);
+    BackgroundWriteback writeback;
+    writeback.request(fd, 0, 4096);
+    writeback.request(fd, 4096, 0);  // empty: ignored
+    writeback.request(fd, 4096, 1 << 15);
+    writeback.drain();
+    CHECK(writeback.ranges_submitted() == 2);
+    ::close(fd);
+  }
+  // Writeback started between appends, then the file closed while ranges may be pending.
+  const std::string path = dir.file("c.h5");
+  const at::Tensor f1 = at::randn({9, 64, 8, 8}), f2 = at::randn({5, 64, 8, 8});
+  LabelKinds labels;
+  labels.has_class = true;
+  {
+    CacheFileWriter writer(path, test_signature(StorageDtype::kFloat32), {feat_level({64, 8, 8})}, labels, StorageOptions{});
+    writer.append(make_rows(9, 0, StorageDtype::kFloat32, f1));
+    writer.start_writeback();
+    writer.append(make_rows(5, 9, StorageDtype::kFloat32, f2));
+    writer.start_writeback();
+    writer.close();
+  }
+  CacheFileReader reader(path);
+  REQUIRE(at::equal(reader.read_rows(0, 14).levels[0], at::cat({f1, f2})));
 }
 
 TEST_CASE("compression options parse, and unknown ones are usage errors") {

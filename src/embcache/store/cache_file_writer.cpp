@@ -168,7 +168,7 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
     }
     if (direct_[i].enabled) {
       const bool have_sums = batch.row_checksums.size() == levels_.size() && batch.row_checksums[i].size() == n;
-      append_direct(i, static_cast<const std::uint8_t*>(t.data_ptr()), n,
+      append_direct(i, static_cast<std::uint8_t*>(t.data_ptr()), n,
                     have_sums ? batch.row_checksums[i].data() : nullptr, between_chunks);
     } else {
       // The memory type equals the file type: HDF5 copies bytes, it never converts floats.
@@ -202,7 +202,7 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
   rows_ += std::int64_t(n);
 }
 
-void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows,
+void CacheFileWriter::append_direct(std::size_t level, std::uint8_t* data, std::size_t rows,
                                     const std::uint32_t* row_sums, const std::function<void()>& between_chunks) {
   DirectLevel& d = direct_[level];
   const std::size_t chunk_rows = (d.pending.size() - 4) / d.row_bytes;
@@ -215,6 +215,15 @@ void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data,
     h5::check_status(H5Dset_extent(level_datasets_[level].get(), dims.data()), "cannot extend", where);
   }
   while (rows > 0) {
+    if (d.pending_rows == 0 && rows > chunk_rows) {
+      // A whole chunk with more rows after it: written from the batch itself, no copy.
+      write_chunk(level, data, row_sums);
+      data += chunk_rows * d.row_bytes;
+      if (row_sums) row_sums += chunk_rows;
+      rows -= chunk_rows;
+      if (between_chunks) between_chunks();
+      continue;
+    }
     const std::size_t take = std::min(rows, chunk_rows - d.pending_rows);
     // The rows' checksums come along while every pending row has one; else the chunk's is
     // computed here.
@@ -235,20 +244,27 @@ void CacheFileWriter::append_direct(std::size_t level, const std::uint8_t* data,
 
 void CacheFileWriter::write_pending_chunk(std::size_t level) {
   DirectLevel& d = direct_[level];
-  const std::string where = path_ + ":/levels/" + levels_[level].name;
-  const hid_t ds = level_datasets_[level].get();
-  const std::size_t data_bytes = d.pending.size() - 4;
-  const std::uint32_t sum = d.pending_sums.size() == d.pending_rows
-                                ? fletcher32_of_rows(d.pending_sums.data(), d.pending_rows, d.row_bytes)
-                                : fletcher32(d.pending.data(), data_bytes);
-  for (int b = 0; b < 4; ++b) d.pending[data_bytes + std::size_t(b)] = std::uint8_t(sum >> (8 * b));
-  std::vector<hsize_t> offset(levels_[level].row_shape.size() + 1, 0);
-  offset[0] = hsize_t(d.rows_written);  // the extent was set by append_direct
-  h5::check_status(H5Dwrite_chunk(ds, H5P_DEFAULT, 0, offset.data(), d.pending.size(), d.pending.data()),
-                   "cannot write a chunk of", where);
-  d.rows_written += std::int64_t(d.pending_rows);
+  write_chunk(level, d.pending.data(), d.pending_sums.size() == d.pending_rows ? d.pending_sums.data() : nullptr);
   d.pending_rows = 0;
   d.pending_sums.clear();
+}
+
+void CacheFileWriter::write_chunk(std::size_t level, std::uint8_t* rows, const std::uint32_t* row_sums) {
+  DirectLevel& d = direct_[level];
+  const std::string where = path_ + ":/levels/" + levels_[level].name;
+  const std::size_t data_bytes = d.pending.size() - 4;
+  const std::size_t chunk_rows = data_bytes / d.row_bytes;
+  const std::uint32_t sum = row_sums ? fletcher32_of_rows(row_sums, chunk_rows, d.row_bytes) : fletcher32(rows, data_bytes);
+  // HDF5 stores the checksum right after the data, and H5Dwrite_chunk takes one buffer.
+  std::uint8_t borrowed[4];
+  std::memcpy(borrowed, rows + data_bytes, 4);
+  for (int b = 0; b < 4; ++b) rows[data_bytes + std::size_t(b)] = std::uint8_t(sum >> (8 * b));
+  std::vector<hsize_t> offset(levels_[level].row_shape.size() + 1, 0);
+  offset[0] = hsize_t(d.rows_written);  // the extent was set by append_direct
+  const herr_t status = H5Dwrite_chunk(level_datasets_[level].get(), H5P_DEFAULT, 0, offset.data(), data_bytes + 4, rows);
+  std::memcpy(rows + data_bytes, borrowed, 4);
+  h5::check_status(status, "cannot write a chunk of", where);
+  d.rows_written += std::int64_t(chunk_rows);
 }
 
 void CacheFileWriter::flush_pending_rows(std::size_t level) {
@@ -273,7 +289,8 @@ void CacheFileWriter::start_writeback() {
   const off_t end = ::lseek(fd, 0, SEEK_END);
   if (end > writeback_offset_) {
     // Only the bytes added since the last call: rescanning the whole file each time blocks.
-    ::sync_file_range(fd, writeback_offset_, end - writeback_offset_, SYNC_FILE_RANGE_WRITE);
+    if (!writeback_) writeback_ = std::make_unique<BackgroundWriteback>();
+    writeback_->request(fd, writeback_offset_, end - writeback_offset_);
     writeback_offset_ = end;
   }
 }
@@ -338,6 +355,7 @@ void CacheFileWriter::close() {
     if (direct_[i].enabled) flush_pending_rows(i);
   }
   h5::flush(file_.get(), path_);
+  if (writeback_) writeback_->drain();  // it uses the file descriptor that H5Fclose closes
   group_.reset(); window_.reset(); split_.reset(); bounds_.reset(); pixel_hash_.reset();
   level_datasets_.clear();
   label_class_.reset(); label_value_.reset(); label_mask_.reset(); label_pixel_value_.reset();

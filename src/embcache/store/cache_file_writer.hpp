@@ -4,9 +4,11 @@
 
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "embcache/store/background_writeback.hpp"
 #include "embcache/store/cache_schema.hpp"
 #include "embcache/store/h5.hpp"
 #include "embcache/store/row_batch.hpp"
@@ -26,12 +28,15 @@ class CacheFileWriter {
   // `between_chunks`, when set, runs after each feature chunk written: the one thread that may
   // call HDF5 can serve other work (reading the next windows) in the middle of a large batch. It
   // must not throw, and must not touch this file.
+  // Full chunks inside a batch are written from the batch's own level tensors, without a copy:
+  // the 4 bytes after such a chunk are borrowed for its checksum during the write and restored.
+  // No other thread may read the batch's level tensors during append.
   void append(const RowBatch& batch, const std::function<void()>& between_chunks = {});
   // Flushes and closes; throws on failure (the file must then be discarded).
   void close();
   // Asks the kernel to start writing the file's dirty pages now, without waiting, so that the
-  // fsync at commit finds little left to do. Best effort: errors are ignored here and surface
-  // at close and fsync.
+  // fsync at commit finds little left to do. A helper thread submits them: the calling thread
+  // only notes the range. Best effort: errors are ignored here and surface at close and fsync.
   void start_writeback();
   std::int64_t rows() const { return rows_; }
 
@@ -69,9 +74,12 @@ class CacheFileWriter {
     std::vector<std::uint32_t> pending_sums;  // the pending rows' checksums, while every row came with one
     std::int64_t rows_written = 0;
   };
-  void append_direct(std::size_t level, const std::uint8_t* data, std::size_t rows, const std::uint32_t* row_sums,
+  void append_direct(std::size_t level, std::uint8_t* data, std::size_t rows, const std::uint32_t* row_sums,
                      const std::function<void()>& between_chunks);
   void write_pending_chunk(std::size_t level);
+  // Writes one full chunk whose rows start at `rows` (row_sums: their checksums, or null). The
+  // 4 bytes after the rows must be writable: they hold the checksum during the call.
+  void write_chunk(std::size_t level, std::uint8_t* rows, const std::uint32_t* row_sums);
   void flush_pending_rows(std::size_t level);
   void flush_index();
   static constexpr std::size_t kIndexRowsPerWrite = 4096;
@@ -97,6 +105,8 @@ class CacheFileWriter {
   std::int64_t rows_ = 0;
   std::int64_t expected_rows_ = 0;
   std::int64_t writeback_offset_ = 0;  // file bytes already handed to start_writeback()
+  // After file_: destroyed first, so the file stays open until every requested range is done.
+  std::unique_ptr<BackgroundWriteback> writeback_;
   std::int64_t feature_bytes_ = 0;
 };
 
