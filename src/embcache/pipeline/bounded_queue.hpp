@@ -93,6 +93,11 @@ class BoundedQueue {
     std::lock_guard<std::mutex> lock(mutex_);
     return !items_.empty();
   }
+  // Whether wait_for_items(n) would return at once.
+  bool has_items(std::size_t n) const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return closed_ || items_.size() >= std::min(n, capacity_);
+  }
   bool drained() const {
     std::lock_guard<std::mutex> lock(mutex_);
     return closed_ && items_.empty();

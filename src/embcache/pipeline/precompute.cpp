@@ -565,7 +565,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     std::vector<LevelSpec> specs;
     double last_call_seconds = 0;
     // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
-    // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp).
+    // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp). Entering that region
+    // costs ~0.07 ms, so it is skipped where the queue already allows going on.
     auto wait_cores_free = [&](const std::function<void()>& wait) {
       if (opt.device.is_cuda()) {
         wait();
@@ -628,7 +629,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       priority.observe(double(feature_bytes), last_call_seconds);
       for (auto& item : items) item.input = at::Tensor();  // free inputs early
       encoded.items = std::move(items);
-      wait_cores_free([&] { encoded_queue.wait_for_space(); });
+      if (!encoded_queue.has_space()) wait_cores_free([&] { encoded_queue.wait_for_space(); });
       return encoded_queue.push(std::move(encoded));
     };
     std::vector<CropItem> pending;
@@ -676,7 +677,9 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
                                     std::make_move_iterator(pending.begin() + std::ptrdiff_t(batch)));
         pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(batch));
         if (!emit(std::move(items))) return;
-        if (pending.size() < batch) wait_cores_free([&] { crop_queue.wait_for_items(batch - pending.size()); });
+        if (pending.size() < batch && !crop_queue.has_items(batch - pending.size())) {
+          wait_cores_free([&] { crop_queue.wait_for_items(batch - pending.size()); });
+        }
       }
       auto item = crop_queue.pop();
       if (!item) break;
