@@ -39,10 +39,12 @@ s = j["stage_seconds"]
 print(f"{label:<22} {j['crops_per_second']:8.1f} crops/s {j['mb_per_second']:8.1f} MB/s  "
       f"batch {j['batch_size']:<3} wall {j['seconds']:.2f}s  encoder-only {j['encoder_only_seconds']:.2f}s "
       f"(first 2 calls {j['encoder_only_first_calls_seconds']:.2f}s)  "
-      f"wall/encoder-only {j['wall_over_encoder_only']:.3f}  plain HDF5 {j['plain_hdf5_write_mb_per_second']:.0f} MB/s  "
+      f"wall/encoder-only {j['wall_over_encoder_only']:.3f}  plain HDF5 {j['plain_hdf5_write_mb_per_second']:.0f} MB/s "
+      f"(before/after the run {'/'.join(str(round(x)) for x in j['plain_hdf5_write_mb_per_second_before_after'])})  "
       f"MB/s over plain {j['mb_per_second_over_plain']:.2f}")
 print(f"{'':<22} {key}: median {j[key]:.3f}, range {runs[0][key]:.3f}-{runs[-1][key]:.3f} over {repeats} runs")
-print(f"{'':<22} busy seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()) +
+print(f"{'':<22} busy seconds (wall): " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()))
+print(f"{'':<22} stage CPU seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in j['stage_cpu_seconds'].items()) +
       f"  | {j['threads']} encoder threads, stages {j['stage_priority']}, "
       f"{j['feature_bytes_per_encoder_second'] / 1e9:.2f} GB/s of features per encoder second")
 PY

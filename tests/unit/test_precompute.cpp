@@ -102,6 +102,16 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   // 24x20 windows, crop 16 overlap 4: x at 0, 8; y at 0, 4 -> 4 crops per window.
   REQUIRE(first.crops_total == 24);
   REQUIRE(first.crops_computed == 24);
+  // Each stage's CPU time is its own thread's, never more than the wall time around the same
+  // work; the writing thread did some.
+  const nlohmann::json j = first.to_json();
+  for (const char* stage : {"read", "prep", "convert", "write"}) {
+    CAPTURE(stage);
+    const double cpu = j["stage_cpu_seconds"][stage], wall = j["stage_seconds"][stage];
+    CHECK(cpu >= 0);
+    CHECK(cpu <= wall + 1e-3);
+  }
+  CHECK(j["stage_cpu_seconds"]["write"].get<double>() > 0);
   const auto before = fs::last_write_time(s.cache);
   REQUIRE(count_calls(s.options(), &second) == 0);
   REQUIRE(second.crops_skipped == 24);

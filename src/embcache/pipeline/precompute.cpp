@@ -270,9 +270,14 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["device"] = device;
   j["threads"] = threads;
   j["feature_bytes_per_encoder_second"] = encoder_seconds > 0 ? double(bytes_written) / encoder_seconds : 0.0;
-  j["stage_seconds"] = {{"read", read_seconds},       {"prep", prep_seconds},
-                        {"encode", encoder_seconds},  {"convert", convert_seconds},
-                        {"write", write_seconds},     {"consolidate", consolidate_seconds}};
+  j["stage_seconds"] = {{"read", read_time.wall},       {"prep", prep_time.wall},
+                        {"encode", encoder_seconds},    {"convert", convert_time.wall},
+                        {"write", write_time.wall},     {"consolidate", consolidate_seconds}};
+  // The encoder's CPU time is spread over its intra-op threads, so it is not listed here.
+  j["stage_cpu_seconds"] = {{"read", read_time.cpu},
+                            {"prep", prep_time.cpu},
+                            {"convert", convert_time.cpu},
+                            {"write", write_time.cpu}};
   j["superseded_rows"] = superseded_rows;
   j["rows_copied_at_end"] = rows_copied_at_end;
   j["recovered_rows"] = recovered_rows;
@@ -442,7 +447,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
 
   std::atomic<std::int64_t> skipped{0}, stale{0}, written{0}, computed_bytes{0};
   std::atomic<bool> io_failed{false}, io_done{false};
-  double read_seconds = 0, write_seconds = 0, prep_seconds = 0, encode_seconds = 0, convert_seconds = 0;
+  StageTime read_time, write_time, prep_time, convert_time;
+  double encode_seconds = 0;
   std::int64_t encoder_calls = 0, chosen_batch = opt.batch_size;
   nlohmann::json trials = nlohmann::json::array();
   std::vector<std::int64_t> input_shape;
@@ -469,9 +475,9 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
           return;
         }
         if (!raw_queue.has_space()) return;
-        const auto t0 = Clock::now();
+        const StageStopwatch watch;
         RawWindow raw{next, source->read(next)};
-        read_seconds += seconds_since(t0);
+        watch.add_to(read_time);
         ++next;
         raw_queue.push(std::move(raw));
       }
@@ -488,8 +494,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       priority.follow(normal_now);
       read_ahead();
       if (auto rows = row_queue.try_pop()) {
-        const auto t0 = Clock::now();
-        const double read_before = read_seconds;  // reads between chunks are read time
+        const StageStopwatch watch;
+        const StageTime read_before = read_time;  // reads between chunks are read time
         try {
           if (!levels_set) {
             store.set_levels(ctx.levels());
@@ -500,7 +506,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
           io_failed = true;
           throw;
         }
-        write_seconds += seconds_since(t0) - (read_seconds - read_before);
+        StageTime batch_time;
+        watch.add_to(batch_time);
+        write_time.wall += batch_time.wall - (read_time.wall - read_before.wall);
+        write_time.cpu += batch_time.cpu - (read_time.cpu - read_before.cpu);
         written += std::int64_t(rows->size());
         progress.update(written + skipped);
         if (read_error) std::rethrow_exception(read_error);
@@ -526,7 +535,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     const auto& committed = store.committed();
     while (auto raw = raw_queue.pop()) {
       priority.follow(normal_now);
-      auto t0 = Clock::now();
+      StageStopwatch watch;
       const WindowInfo& info = windows[raw->index];
       for (const Bounds& bounds : crop_grid(info.bounds, opt.grid)) {
         CropPixels crop = cut_crop(raw->data.pixels, raw->data.mask, info.bounds, bounds, cropper, raw->data.pixel_value);
@@ -547,11 +556,11 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         item.label_value = raw->data.label_value;
         item.mask = crop.mask;
         item.pixel_value = crop.pixel_value;
-        prep_seconds += seconds_since(t0);
+        watch.add_to(prep_time);
         if (!crop_queue.push(std::move(item))) return;
-        t0 = Clock::now();  // time blocked in push is not busy time
+        watch.restart();  // time blocked in push is not busy time
       }
-      prep_seconds += seconds_since(t0);
+      watch.add_to(prep_time);
     }
     crop_queue.close();
   });
@@ -697,7 +706,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     std::vector<LevelSpec> specs;
     while (auto encoded = encoded_queue.pop()) {
       priority.follow(normal_now);
-      const auto t0 = Clock::now();
+      const StageStopwatch watch;
       if (specs.empty()) specs = ctx.levels();
       RowBatch rows;
       for (std::size_t k = 0; k < encoded->levels.size(); ++k) {
@@ -729,7 +738,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
       if (labels.has_value) rows.label_value = at::stack(values).contiguous();
       if (labels.has_mask) rows.label_mask = at::stack(masks).contiguous();
       if (labels.has_pixel_value) rows.label_pixel_value = at::stack(pixel_values).contiguous();
-      convert_seconds += seconds_since(t0);
+      watch.add_to(convert_time);
       if (!row_queue.push(std::move(rows))) return;
     }
     row_queue.close();
@@ -774,10 +783,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   summary.batch_size = chosen_batch;
   summary.threads = opt.threads;
   summary.batch_size_trials = trials;
-  summary.read_seconds = read_seconds;
-  summary.prep_seconds = prep_seconds;
-  summary.convert_seconds = convert_seconds;
-  summary.write_seconds = write_seconds;
+  summary.read_time = read_time;
+  summary.prep_time = prep_time;
+  summary.convert_time = convert_time;
+  summary.write_time = write_time;
   summary.consolidate_seconds = consolidated.seconds;
   summary.superseded_rows = consolidated.superseded_rows;
   summary.rows_copied_at_end = consolidated.copied_rows;

@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/clock.hpp"
 #include "embcache/pipeline/precompute_options.hpp"
 
 namespace embcache {
@@ -29,7 +30,9 @@ struct PrecomputeSummary {
   std::string device;
   int threads = 0;             // the encoder's intra-op threads
   std::string stage_priority;  // how the non-encoder stages ran: idle or normal
-  double read_seconds = 0, prep_seconds = 0, convert_seconds = 0, write_seconds = 0;
+  // Busy time per stage: wall seconds (`stage_seconds`, preemption included) and the stage
+  // thread's CPU seconds (`stage_cpu_seconds`).
+  StageTime read_time, prep_time, convert_time, write_time;
   double consolidate_seconds = 0;   // closing and installing the cache at the end
   std::int64_t superseded_rows = 0;
   std::int64_t rows_copied_at_end = 0;  // 0 unless compression or stale rows made the end copy rows
