@@ -8,7 +8,7 @@ PACKAGES=(
   cmake g++ make ccache pkg-config
   libtorch-dev libopenblas0-openmp
   libhdf5-dev hdf5-tools hdf5-filter-plugin hdf5-filter-plugin-blosc-serial
-  libcli11-dev nlohmann-json3-dev doctest-dev
+  libcli11-dev nlohmann-json3-dev doctest-dev libssl-dev
   libgdal-dev gdal-bin python3-gdal
   python3-torch python3-h5py python3-numpy
   dataset-fashion-mnist

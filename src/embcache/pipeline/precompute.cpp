@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <filesystem>
 #include <functional>
+#include <future>
 #include <mutex>
 #include <optional>
 #include <thread>
@@ -385,10 +386,13 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   CropperOptions cropper = opt.cropper;
   cropper.mask_pad_value = labels.ignore_index;
 
+  // Hashing the encoder file and loading it both read the whole file: the hash runs beside the
+  // load (real encoders are hundreds of MB). A load error is reported first, as before.
+  std::future<std::string> encoder_sha256 = std::async(std::launch::async, sha256_file_hex, options.encoder);
   Encoder encoder(options.encoder, opt.device, opt.amp);
   Signature signature;
   signature["format"] = kCacheFormatVersion;
-  signature["encoder_sha256"] = sha256_file_hex(options.encoder);
+  signature["encoder_sha256"] = encoder_sha256.get();
   signature["encoder_path"] = std::filesystem::absolute(options.encoder).string();
   signature["dataset_path"] = std::filesystem::absolute(options.dataset).string();
   signature["preprocessing"] = {{"scale", opt.preprocess.scale},
