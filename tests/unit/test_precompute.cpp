@@ -511,7 +511,7 @@ TEST_CASE("the encoder's waits hold its OpenMP workers inside a region, run once
   CHECK_FALSE(in_region);
 }
 
-TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; has_items(n) agrees") {
+TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; items_ready(n) agrees") {
   BoundedQueue<int> queue(2);
   std::thread producer([&] {
     queue.push(1);
@@ -519,13 +519,13 @@ TEST_CASE("a queue wait for more items than the queue holds returns once it is f
   });
   queue.wait_for_items(5);  // capped at the capacity: a producer blocked on a full queue cannot add more
   producer.join();
-  CHECK(queue.has_items(5));  // has_items(n) says whether wait_for_items(n) returns at once
+  CHECK(queue.items_ready(5));  // items_ready(n) says whether wait_for_items(n) returns at once
   CHECK(queue.pop() == 1);
-  CHECK(queue.has_items(1));
-  CHECK_FALSE(queue.has_items(2));
+  CHECK(queue.items_ready(1));
+  CHECK_FALSE(queue.items_ready(2));
   queue.wait_for_space();
   queue.close();
-  CHECK(queue.has_items(2));
+  CHECK(queue.items_ready(2));
   queue.wait_for_items(2);  // closed: returns with one item left
   CHECK(queue.pop() == 2);
   CHECK_FALSE(queue.pop().has_value());

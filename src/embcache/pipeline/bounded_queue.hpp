@@ -93,8 +93,9 @@ class BoundedQueue {
     std::lock_guard<std::mutex> lock(mutex_);
     return !items_.empty();
   }
-  // Whether wait_for_items(n) would return at once.
-  bool has_items(std::size_t n) const {
+  // Whether wait_for_items(n) would return at once: n items (at most the capacity) are queued,
+  // or the queue is closed (unlike has_items(), true for a closed, empty queue).
+  bool items_ready(std::size_t n) const {
     std::lock_guard<std::mutex> lock(mutex_);
     return closed_ || items_.size() >= std::min(n, capacity_);
   }

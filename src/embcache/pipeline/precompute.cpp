@@ -690,7 +690,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
                                     std::make_move_iterator(pending.begin() + std::ptrdiff_t(batch)));
         pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(batch));
         if (!emit(std::move(items))) return;
-        if (pending.size() < batch && !crop_queue.has_items(batch - pending.size())) {
+        if (pending.size() < batch && !crop_queue.items_ready(batch - pending.size())) {
           wait_cores_free([&] { crop_queue.wait_for_items(batch - pending.size()); });
         }
       }

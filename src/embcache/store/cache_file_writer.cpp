@@ -64,7 +64,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
                                "cannot create dataspace for", name),
                      H5Sclose);
     std::vector<hsize_t> chunk = chunk_shape(level.row_shape, elem);
-    chunk[0] = std::min(chunk[0], chunk_rows_);
+    chunk[0] = chunk_rows_;  // at most the level's own chunk rows: chunk_rows_ is their minimum
     h5::Handle dcpl = feature_create_plist(chunk, storage_);
     h5::Handle ds(h5::check(H5Dcreate2(root, name.c_str(), storage_type_.get(), space.get(),
                                        H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
@@ -78,7 +78,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     direct.row_bytes = level.row_bytes(storage_.dtype);
     const bool whole_rows = level.row_shape.empty() || chunk[1] == hsize_t(level.row_shape[0]);
     direct.enabled = whole_rows && storage_.own_checksums();
-    if (direct.enabled) direct.pending.resize(chunk[0] * direct.row_bytes + 4);
+    if (direct.enabled) direct.pending.resize(chunk_rows_ * direct.row_bytes + 4);
     direct_.push_back(std::move(direct));
   }
   if (labels_.has_class) {
@@ -205,7 +205,7 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
 void CacheFileWriter::append_direct(std::size_t level, std::uint8_t* data, std::size_t rows,
                                     const std::uint32_t* row_sums, const std::function<void()>& between_chunks) {
   DirectLevel& d = direct_[level];
-  const std::size_t chunk_rows = (d.pending.size() - 4) / d.row_bytes;
+  const std::size_t chunk_rows = std::size_t(chunk_rows_);
   // Extend once for every full chunk this append completes (one metadata update, not one per chunk).
   const std::size_t full_rows = (d.pending_rows + rows) / chunk_rows * chunk_rows;
   if (full_rows > 0) {
@@ -252,8 +252,8 @@ void CacheFileWriter::write_pending_chunk(std::size_t level) {
 void CacheFileWriter::write_chunk(std::size_t level, std::uint8_t* rows, const std::uint32_t* row_sums) {
   DirectLevel& d = direct_[level];
   const std::string where = path_ + ":/levels/" + levels_[level].name;
-  const std::size_t data_bytes = d.pending.size() - 4;
-  const std::size_t chunk_rows = data_bytes / d.row_bytes;
+  const std::size_t chunk_rows = std::size_t(chunk_rows_);
+  const std::size_t data_bytes = chunk_rows * d.row_bytes;
   const std::uint32_t sum = row_sums ? fletcher32_of_rows(row_sums, chunk_rows, d.row_bytes) : fletcher32(rows, data_bytes);
   // HDF5 stores the checksum right after the data, and H5Dwrite_chunk takes one buffer.
   std::uint8_t borrowed[4];
