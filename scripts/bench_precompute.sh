@@ -18,9 +18,11 @@ $PY $FX encoders "$WORK/enc"
 [[ -f $WORK/heavy.h5 ]] || $PY $FX dataset "$WORK/heavy.h5" --n 600 --height 96 --width 96 --dtype uint8
 BENCH=$BUILD/bench/bench_precompute
 
-REPEATS=${REPEATS:-3}
+REPEATS=${REPEATS:-5}
 # Figures on a 2-core VM vary 10-20% run to run: each configuration runs REPEATS times and the
-# median run (by the figure its target is about) is printed, with the range of that figure.
+# median run (by the figure its target is about) is printed, with the range of that figure. The
+# VM's speed itself drifts: the heavy encoder's median call took 36.8 ms in one phase of a run and
+# 39.4 ms in the next (traced), so one run's wall / encoder-only can be off by 5% either way.
 run() {  # run LABEL KEY ENCODER DATASET [options]; KEY: the summary field the median is taken by
   local label=$1 key=$2 enc=$3 data=$4
   shift 4
@@ -43,6 +45,12 @@ print(f"{label:<22} {j['crops_per_second']:8.1f} crops/s {j['mb_per_second']:8.1
       f"(before/after the run {'/'.join(str(round(x)) for x in j['plain_hdf5_write_mb_per_second_before_after'])})  "
       f"MB/s over plain {j['mb_per_second_over_plain']:.2f}")
 print(f"{'':<22} {key}: median {j[key]:.3f}, range {runs[0][key]:.3f}-{runs[-1][key]:.3f} over {repeats} runs")
+# wall / encoder-only = (encoder calls in the run + everything else) / encoder-only: the pipeline's
+# own cost (start-up, the encoder's waits, the tail) and how fast the encoder ran beside the
+# stages, apart.
+other = j["seconds"] - j["encoder_seconds"]
+print(f"{'':<22} = encoder calls in the run / encoder-only {j['encoder_seconds'] / j['encoder_only_seconds']:.3f}"
+      f" + the rest of the wall time {other:.2f}s / encoder-only {other / j['encoder_only_seconds']:.3f}")
 print(f"{'':<22} busy seconds (wall): " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()))
 print(f"{'':<22} stage CPU seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in j['stage_cpu_seconds'].items()) +
       f"  | {j['threads']} encoder threads, stages {j['stage_priority']}, "
@@ -61,6 +69,9 @@ echo "== heavy encoder (ResNet-18-like: 13 convs, 64/128 wide, 48x48 crops); tar
 run bench-heavy $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --plain-write-mb 256
 run bench-heavy-nofsync $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --fsync-off --plain-write-mb 256
 run bench-heavy-auto $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --plain-write-mb 256
+# With a core the encoder does not use, the stages need no gaps: what is left is the encoder's
+# own speed beside them.
+run bench-heavy-spare-core $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --threads 1 --plain-write-mb 256
 # A long run in miniature: runs past --commit-seconds commit many times (here every 64 MiB).
 run bench-heavy-commits $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --segment-mb 64 --plain-write-mb 256
 echo "== the tests' smaller compute-bound encoder (9 convs, 48/96 wide) =="
