@@ -7,6 +7,9 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 OUT=demo-out  # configs/*.json read the demo data from here
+# Each demo starts from nothing, so a demo-out/ left by an older version (whose encoder or cache
+# layout may differ) cannot make it fail.
+rm -rf "$OUT"
 mkdir -p "$OUT"
 EMBCACHE=build/apps/embcache/embcache
 

@@ -8,6 +8,7 @@ Usage: make_demo_data.py OUT_DIR [--train N] [--val N] [--test N]
 import argparse
 import gzip
 import os
+import sys
 from typing import List
 
 import h5py
@@ -43,6 +44,12 @@ class DemoEncoder(nn.Module):
 
 
 def main() -> None:
+    # TorchScript writes a module's constants in Python's string-hash order, which is random per
+    # process: without a fixed seed every export is a different file, and a rerun of the demo
+    # would find its cache made with "a different encoder_sha256". With PYTHONHASHSEED=0 the
+    # encoder file is the same bytes every time.
+    if os.environ.get("PYTHONHASHSEED") != "0":
+        os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "PYTHONHASHSEED": "0"})
     p = argparse.ArgumentParser()
     p.add_argument("out_dir")
     p.add_argument("--train", type=int, default=3000)
@@ -60,8 +67,9 @@ def main() -> None:
     splits = ["train"] * n_tr + ["val"] * n_va + ["test"] * n_te
     names = [f"train-{i:05d}" for i in range(n_tr + n_va)] + [f"test-{i:05d}" for i in range(n_te)]
     text = h5py.string_dtype("utf-8")
+    chunk = min(256, len(names))  # h5py refuses chunks larger than the data
     with h5py.File(os.path.join(args.out_dir, "fashion_mnist.h5"), "w") as f:
-        f.create_dataset("images", data=images, chunks=(256, 1, 28, 28))
+        f.create_dataset("images", data=images, chunks=(chunk, 1, 28, 28))
         f.create_dataset("labels", data=labels)
         f.create_dataset("names", data=names, dtype=text)
         f.create_dataset("splits", data=splits, dtype=text)
@@ -74,8 +82,8 @@ def main() -> None:
     masks = np.where(fg, labels[:, None, None] + 1, 0).astype(np.int32)
     masks[edge] = 255
     with h5py.File(os.path.join(args.out_dir, "fashion_mnist_seg.h5"), "w") as f:
-        f.create_dataset("images", data=images, chunks=(256, 1, 28, 28))
-        d = f.create_dataset("masks", data=masks, chunks=(256, 28, 28))
+        f.create_dataset("images", data=images, chunks=(chunk, 1, 28, 28))
+        d = f.create_dataset("masks", data=masks, chunks=(chunk, 28, 28))
         d.attrs["ignore_index"] = 255
         f.create_dataset("names", data=names, dtype=text)
         f.create_dataset("splits", data=splits, dtype=text)

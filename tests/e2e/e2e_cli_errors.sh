@@ -51,7 +51,9 @@ expect_error 3 "never replaces other files" "${RUN[@]}" --encoder "$ENC/multi_sc
 cmp -s data.h5 other-data.h5 || fail "--overwrite touched a file that is not a cache"
 [[ $(cat text.h5) == "not hdf5" ]] || fail "--overwrite touched a text file"
 "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out good.h5 >/dev/null
-expect_error 3 "different encoder_sha256" "${RUN[@]}" --encoder "$ENC/multi_traced.pt" --dataset data.h5 --out good.h5
+expect_error 3 "different encoder_sha256; .*PYTHONHASHSEED=0" "${RUN[@]}" --encoder "$ENC/multi_traced.pt" --dataset data.h5 --out good.h5
+expect_error 3 "different preprocessing; use another --out" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out good.h5 --scale 2
+! grep -q PYTHONHASHSEED "$WORK/err.txt" || fail "the re-export hint is only for a changed encoder file"
 expect_error 3 "not an embcache cache" "$EMBCACHE" inspect data.h5
 expect_error 3 "no such cache" "$EMBCACHE" inspect nothing.h5
 [[ ! -e c.h5 && ! -e nf.h5 ]] || fail "a failed run left a cache file"
