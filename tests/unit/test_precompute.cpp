@@ -117,6 +117,12 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   REQUIRE(second.crops_skipped == 24);
   REQUIRE(second.crops_computed == 0);
   REQUIRE(fs::last_write_time(s.cache) == before);
+  // The one-line summary gives a rate only for a run that computed something.
+  CHECK(contains(first.one_line(), "24 computed"));
+  CHECK(contains(first.one_line(), " crops/s, "));
+  CHECK(contains(second.one_line(), "0 computed, 24 cached"));
+  CHECK(!contains(second.one_line(), "crops/s"));
+  CHECK(contains(second.one_line(), "nothing to encode on cpu"));
   CacheFileReader reader(s.cache);
   REQUIRE(reader.rows() == 24);
   REQUIRE(reader.levels().size() == 3);

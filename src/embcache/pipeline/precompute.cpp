@@ -291,20 +291,22 @@ nlohmann::json PrecomputeSummary::to_json() const {
 }
 
 std::string PrecomputeSummary::one_line() const {
-  char line[512];
-  std::snprintf(line, sizeof line,
-                "precompute%s: %lld crops (%lld computed, %lld cached, %lld stale) from %lld windows "
-                "in %.2fs, %.1f crops/s, %s written, %s on %s%s",
+  char counts[256];
+  std::snprintf(counts, sizeof counts, "precompute%s: %lld crops (%lld computed, %lld cached, %lld stale) from %lld windows in %.2fs",
                 interrupted ? " INTERRUPTED" : "", (long long)crops_total, (long long)crops_computed,
-                (long long)crops_skipped, (long long)crops_stale, (long long)windows, seconds,
-                seconds > 0 ? double(crops_computed) / seconds : 0.0,
-                format_bytes(double(bytes_written)).c_str(),
-                batch_size > 0 ? ("batch " + std::to_string(batch_size)).c_str() : "nothing to encode",
-                device.c_str(),
-                device == "cpu" ? (", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads")).c_str() : "");
-  std::string text = line;
-  for (const auto& [why, n] : windows_skipped) text += "; " + std::to_string(n) + " windows skipped (" + why + ")";
-  return text;
+                (long long)crops_skipped, (long long)crops_stale, (long long)windows, seconds);
+  std::string line = counts;
+  if (crops_computed > 0) {
+    char rate[64];
+    std::snprintf(rate, sizeof rate, ", %.1f crops/s", seconds > 0 ? double(crops_computed) / seconds : 0.0);
+    line += rate;
+  }
+  line += ", " + format_bytes(double(bytes_written)) + " written, ";
+  line += crops_computed > 0 ? "batch " + std::to_string(batch_size) : std::string("nothing to encode");
+  line += " on " + device;
+  if (device == "cpu") line += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
+  for (const auto& [why, n] : windows_skipped) line += "; " + std::to_string(n) + " windows skipped (" + why + ")";
+  return line;
 }
 
 // The dataset reader --format asks for (auto: rslearn when DATASET/windows exists).
