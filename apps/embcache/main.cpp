@@ -3,6 +3,7 @@
 #include <c10/util/Exception.h>
 
 #include <cstdio>
+#include <string>
 
 #include "embcache/cli/inspect_command.hpp"
 #include "embcache/cli/precompute_command.hpp"
@@ -22,6 +23,20 @@ int main(int argc, char** argv) {
   embcache::setup_inspect(app);
   embcache::setup_run(app);
   embcache::setup_report(app);
+  // A mistyped subcommand would otherwise be reported as "A subcommand is required".
+  if (argc > 1 && argv[1][0] != '-') {
+    std::string names;
+    bool known = false;
+    for (const CLI::App* sub : app.get_subcommands([](const CLI::App*) { return true; })) {
+      known = known || sub->check_name(argv[1]);
+      names += (names.empty() ? "" : ", ") + sub->get_name();
+    }
+    if (!known) {
+      std::fprintf(stderr, "embcache: error: unknown subcommand \"%s\"; choose one of %s (see embcache --help)\n",
+                   argv[1], names.c_str());
+      return int(embcache::ExitCode::kUsage);
+    }
+  }
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {

@@ -19,6 +19,8 @@ echo "not hdf5" >text.h5
 RUN=("$EMBCACHE" precompute --quiet --no-fsync --batch-size 4)
 
 # Command line
+expect_error 2 'unknown subcommand "precompte"; choose one of precompute, train-probe' "$EMBCACHE" precompte --encoder x.pt
+expect_error 2 "A subcommand is required" "$EMBCACHE"
 expect_error 2 "encoder is required" "$EMBCACHE" precompute --dataset data.h5 --out c.h5
 expect_error 2 "dtype" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --dtype float64
 expect_error 2 "compression" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --compression zip
