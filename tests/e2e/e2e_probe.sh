@@ -133,6 +133,9 @@ expect_error 3 "no masks" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task
 expect_error 3 "no class labels" "$EMBCACHE" train-probe --cache seg_cache.h5 --out bad --task classification --levels 0
 expect_error 2 "level '7' is not in" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 7
 expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split holdout
+expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --test-split holdout
+expect_error 2 "'train' is also the --train-split" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split train
+expect_error 2 "--test-split: 'val' is also the --val-split" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --test-split val
 expect_error 3 "outside \[0, 5)" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --num-classes 5
 "$EMBCACHE" precompute --encoder demo_encoder.pt --dataset fashion_mnist.h5 --out fm32.h5 --quiet --no-fsync
 expect_error 3 "signature differs" "$EMBCACHE" train-probe --cache fm.h5 --cache fm32.h5 --out bad --task classification --levels 1

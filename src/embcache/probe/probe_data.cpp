@@ -104,8 +104,19 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
   }
   pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
 
-  // Splits.
+  // Splits. Each has one role: a row may train, pick, or be reported on, never two of these.
   const std::string names[3] = {options.train_split, options.val_split, options.test_split};
+  if (names[1] == names[0]) {
+    throw UsageError("--val-split: '" + names[1] + "' is also the --train-split; the epoch and the combination "
+                     "must be picked on rows the heads did not train on: name another split, or carve one "
+                     "from train with --val-fraction 0.1");
+  }
+  for (int s = 0; s < 2; ++s) {
+    if (names[2] != names[s]) continue;
+    throw UsageError("--test-split: '" + names[2] + "' is also the " + (s == 0 ? "--train-split" : "--val-split") +
+                     "; test metrics must come from rows that neither trained nor picked the heads: name "
+                     "another split (or leave --test-split out if the caches have no 'test')");
+  }
   std::map<std::string, std::int64_t> counts;
   for (int s = 0; s < 3; ++s) {
     splits_[s].name = names[s];
@@ -158,6 +169,11 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
     throw InputError("--val-split: no rows in split '" + names[1] + "' (the caches' splits are: " +
                      split_counts_text(counts) + "); name one with --val-split, or carve one from "
                      "train with --val-fraction 0.1");
+  }
+  // The default test split may be absent (no test metrics, said in the summary); a named one may not.
+  if (test().size() == 0 && names[2] != ProbeOptions().test_split) {
+    throw InputError("--test-split: no rows in split '" + names[2] + "' (the caches' splits are: " +
+                     split_counts_text(counts) + "); name one of them, or leave --test-split out");
   }
   mask_shape_ = pixel_values_ ? first.pixel_value_shape() : first.mask_shape();
   ignore_index_ = options.ignore_index != -1000000 ? options.ignore_index : labels.ignore_index;
