@@ -135,6 +135,7 @@ expect_error 2 "level '7' is not in" "$EMBCACHE" train-probe --cache fm.h5 --out
 expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split holdout
 expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --test-split holdout
 expect_error 2 "'train' is also the --train-split" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split train
+expect_error 2 "never reach --lr" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --epochs 2 --warmup-epochs 2
 expect_error 2 "--test-split: 'val' is also the --val-split" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --test-split val
 expect_error 3 "outside \[0, 5)" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --num-classes 5
 "$EMBCACHE" precompute --encoder demo_encoder.pt --dataset fashion_mnist.h5 --out fm32.h5 --quiet --no-fsync

@@ -202,6 +202,11 @@ void check_probe_options(const ProbeOptions& options) {
   if (options.label_smoothing < 0 || options.label_smoothing >= 1) throw UsageError("--label-smoothing: expected [0, 1)");
   if (options.dropout < 0 || options.dropout >= 1) throw UsageError("--dropout: expected a probability in [0, 1)");
   if (options.warmup_epochs < 0) throw UsageError("--warmup-epochs: expected 0 or more");
+  if (options.warmup_epochs > 0 && options.warmup_epochs >= double(options.epochs)) {
+    throw UsageError("--warmup-epochs: " + format_number(options.warmup_epochs) + " is not shorter than --epochs " +
+                     std::to_string(options.epochs) + ", so the learning rate would never reach --lr; "
+                     "warm up for fewer epochs or train for more");
+  }
   if (options.bootstrap < 0) throw UsageError("--bootstrap: expected 0 (off) or a number of resamples");
   for (double lr : parse_double_list(options.lr, "--lr")) {
     if (lr <= 0) throw UsageError("--lr: learning rates must be positive");
@@ -640,7 +645,8 @@ class Trainer {
     if (j["test"].contains(primary) && j["test"][primary].is_number()) {
       line << ", test " << primary << " " << format_number(j["test"][primary].get<double>());
     }
-    line << "; " << combos.size() << " head" << (combos.size() == 1 ? "" : "s") << ", " << epochs_run << " epochs, "
+    line << "; " << combos.size() << " head" << (combos.size() == 1 ? "" : "s") << ", " << epochs_run << " epoch"
+         << (epochs_run == 1 ? "" : "s") << ", "
          << std::fixed << std::setprecision(1) << train_seconds << " s, " << std::setprecision(0)
          << j["timing"]["samples_per_second"].get<double>() << " samples/s, tier " << tier_name(tier) << " -> "
          << options.out;
