@@ -56,8 +56,9 @@ cmp -s data.h5 other-data.h5 || fail "--overwrite touched a file that is not a c
 expect_error 3 "different encoder_sha256; .*PYTHONHASHSEED=0" "${RUN[@]}" --encoder "$ENC/multi_traced.pt" --dataset data.h5 --out good.h5
 expect_error 3 "different preprocessing; use another --out" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out good.h5 --scale 2
 ! grep -q PYTHONHASHSEED "$WORK/err.txt" || fail "the re-export hint is only for a changed encoder file"
-expect_error 3 "not an embcache cache" "$EMBCACHE" inspect data.h5
+expect_error 3 "not an embcache cache; pass a cache written by 'embcache precompute'" "$EMBCACHE" inspect data.h5
 expect_error 3 "no such cache" "$EMBCACHE" inspect nothing.h5
+expect_error 3 "nothing.h5: no such file; pass a cache" "$EMBCACHE" train-probe --cache nothing.h5 --out p --task classification --levels 0
 [[ ! -e c.h5 && ! -e nf.h5 ]] || fail "a failed run left a cache file"
 
 # Disk full: a file-size limit makes writes fail with EFBIG part-way (ulimit -f limits each

@@ -425,10 +425,14 @@ TEST_CASE("bad datasets and options: one clear error each") {
   std::ofstream(dir.file("text.h5")) << "hello";
   o = s.options();
   o.out = dir.file("text.h5");
-  REQUIRE(contains(error_of<InputError>(o), "not an embcache cache"));
+  REQUIRE(contains(error_of<InputError>(o), "not an HDF5 file, so not an embcache cache; embcache never replaces"));
   h5::create_file(dir.file("other.h5"));
   o.out = dir.file("other.h5");
-  REQUIRE(contains(error_of<InputError>(o), "not an embcache cache"));
+  REQUIRE(contains(error_of<InputError>(o), "without the embcache_format attribute, so not an embcache cache; "
+                                            "embcache never replaces other files: choose another --out"));
+  o.overwrite = true;
+  REQUIRE(contains(error_of<InputError>(o), "embcache never replaces other files"));
+  REQUIRE(fs::exists(dir.file("other.h5")));
 }
 
 TEST_CASE("an unwritable directory is refused before any work") {

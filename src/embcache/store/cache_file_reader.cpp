@@ -3,24 +3,33 @@
 #include <ATen/ATen.h>
 
 #include <cstring>
+#include <filesystem>
 
 #include "embcache/core/error.hpp"
 #include "embcache/store/fletcher32.hpp"
 
 namespace embcache {
 
+namespace fs = std::filesystem;
+
+std::string not_a_cache_reason(const std::string& path) {
+  std::error_code ec;
+  if (!fs::exists(path, ec)) return "no such file";
+  if (fs::is_directory(path, ec)) return "a directory, not an embcache cache file";
+  if (!h5::is_hdf5(path)) return "not an HDF5 file, so not an embcache cache";
+  const h5::Handle file = h5::open_file(path, false);
+  if (!h5::read_attr_int(file.get(), "embcache_format")) {
+    return "an HDF5 file without the embcache_format attribute, so not an embcache cache";
+  }
+  return "";
+}
+
 CacheFileReader::CacheFileReader(std::string path) : path_(std::move(path)) {
-  if (!h5::is_hdf5(path_)) {
-    throw InputError(path_ + ": not an HDF5 file, so not an embcache cache (embcache never "
-                             "replaces other files); pass a cache written by 'embcache precompute' "
-                             "or a new path");
+  if (const std::string why = not_a_cache_reason(path_); !why.empty()) {
+    throw InputError(path_ + ": " + why + "; pass a cache written by 'embcache precompute'");
   }
   file_ = h5::open_file(path_, false);
   const auto format = h5::read_attr_int(file_.get(), "embcache_format");
-  if (!format) {
-    throw InputError(path_ + ": HDF5 file without the embcache_format attribute, so not an "
-                             "embcache cache (embcache never replaces other files); choose another path");
-  }
   if (*format > kCacheFormatVersion) {
     throw InputError(path_ + ": cache format " + std::to_string(*format) +
                      " was written by a newer embcache; this one reads format " +

@@ -12,10 +12,15 @@
 
 namespace embcache {
 
+// Why `path` cannot be opened as an embcache cache ("no such file", "not an HDF5 file, so not an
+// embcache cache", ...), or "" when it is an HDF5 file marked with embcache_format. Callers add
+// what to do, which depends on whether they read the cache or would write to it.
+std::string not_a_cache_reason(const std::string& path);
+
 class CacheFileReader : public RowSource {
  public:
-  // Throws InputError when `path` is not an HDF5 file or not an embcache cache, or was written
-  // by a newer format.
+  // Throws InputError when `path` is not an embcache cache (see not_a_cache_reason) or was
+  // written by a newer format.
   explicit CacheFileReader(std::string path);
 
   const std::string& path() const { return path_; }

@@ -45,6 +45,13 @@ std::int64_t rows_per_block(const RowSource& source) {
   return std::max<std::int64_t>(1, (std::int64_t(64) << 20) / std::max<std::int64_t>(source.row_feature_bytes(), 1));
 }
 
+// --out and --overwrite touch caches only: a typo must never replace a dataset or another file.
+void refuse_non_cache(const std::string& path) {
+  if (const std::string why = not_a_cache_reason(path); !why.empty()) {
+    throw InputError(path + ": " + why + "; embcache never replaces other files: choose another --out");
+  }
+}
+
 void remove_quietly(const std::string& path) {
   std::error_code ec;
   fs::remove(path, ec);
@@ -120,8 +127,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
   // Leftovers of a crashed run are never trusted: a half-written copy or commit record.
   remove_quietly(path_ + ".tmp");
   if (overwrite) {
-    // --overwrite replaces caches only: a typo must never delete a dataset or other file.
-    if (fs::exists(path_)) CacheFileReader check(path_);
+    if (fs::exists(path_)) refuse_non_cache(path_);
     std::error_code ec;
     fs::remove_all(segments_dir_, ec);
     if (fs::exists(path_)) {
@@ -131,6 +137,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
 
   main_exists_ = fs::exists(path_);
   if (main_exists_) {
+    refuse_non_cache(path_);
     CacheFileReader reader(path_);
     const auto differences = signature_differences(reader.signature(), wanted_);
     if (!differences.empty()) {
