@@ -180,4 +180,17 @@ assert p.marks >= 10, p.marks
 print(f"ok: report.html: {p.rows} result rows, {len(p.charts)} charts with {sum(p.charts)} points")
 PY
 expect_error 3 "no results.jsonl" "$EMBCACHE" report data
+# A results.jsonl edited by hand (or by another tool): the line and the field, not a JSON library's words.
+mkdir -p edited
+"$PYTHON" - <<'PY'
+import json
+rows = [json.loads(l) for l in open("out/results.jsonl")]
+del rows[1]["group"]
+rows[2]["lr"] = "fast"
+open("edited/results.jsonl", "w").write("".join(json.dumps(r) + "\n" for r in rows))
+PY
+expect_error 3 "edited/results.jsonl: line 2 has no \"group\"" "$EMBCACHE" report edited
+sed -i 2d edited/results.jsonl
+expect_error 3 "edited/results.jsonl: line 2: \"lr\" is a string, not a number" "$EMBCACHE" report edited
+[[ ! -e edited/report.html ]] || fail "a refused report wrote report.html"
 echo "e2e_run: all checks passed"

@@ -9,6 +9,7 @@
 #include <sstream>
 #include <vector>
 
+#include "embcache/batch/results_table.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
 
@@ -151,9 +152,29 @@ std::string bar_chart(const std::string& title, const std::string& y_label, cons
   return o.str();
 }
 
-double metric(const nlohmann::json& row, const char* split) {
-  const auto& v = row[split].value(row.value("primary_metric", std::string()), nlohmann::json(nullptr));
-  return v.is_number() ? v.get<double>() : NAN;
+// The fields the report reads from a results.jsonl row, and the JSON type each must have.
+void check_result_row(const nlohmann::json& row, const std::string& where) {
+  using T = nlohmann::json::value_t;
+  static const std::pair<const char*, std::vector<T>> kFields[] = {
+      {"name", {T::string}},           {"group", {T::string}},
+      {"cache", {T::string}},          {"head", {T::string}},
+      {"levels", {T::string}},         {"run_dir", {T::string}},
+      {"val", {T::object}},            {"test", {T::object}},
+      {"lr", {T::number_float, T::number_integer, T::number_unsigned}},
+      {"weight_decay", {T::number_float, T::number_integer, T::number_unsigned}},
+      {"best_epoch", {T::number_integer, T::number_unsigned}},
+      {"seconds", {T::number_float, T::number_integer, T::number_unsigned}},
+  };
+  const std::string rerun = "; it was not written by `embcache run`: rerun the study to rewrite it";
+  if (!row.is_object()) throw InputError(where + " is not a JSON object" + rerun);
+  for (const auto& [key, types] : kFields) {
+    const auto it = row.find(key);
+    if (it == row.end()) throw InputError(where + " has no \"" + key + "\"" + rerun);
+    if (std::find(types.begin(), types.end(), it->type()) == types.end()) {
+      throw InputError(where + ": \"" + key + "\" is a " + it->type_name() + ", not a " +
+                       nlohmann::json(types.front()).type_name() + rerun);
+    }
+  }
 }
 
 }  // namespace
@@ -174,6 +195,7 @@ std::string write_report(const std::string& output_dir) {
     } catch (const nlohmann::json::exception&) {
       throw InputError(output_dir + "/results.jsonl: line " + std::to_string(line_no) + " is not JSON; rerun `embcache run`");
     }
+    check_result_row(rows.back(), output_dir + "/results.jsonl: line " + std::to_string(line_no));
   }
   if (rows.empty()) throw InputError(output_dir + "/results.jsonl: no finished runs yet");
 
@@ -246,11 +268,15 @@ std::string write_report(const std::string& output_dir) {
       Series v{(*r)["name"].get<std::string>().substr(group.size() + ((*r)["name"].get<std::string>().size() > group.size() ? 1 : 0)), {}};
       if (v.name.empty()) v.name = group;
       Series l = v;
-      for (const auto& h : m["history"]) {
-        const double epoch = h["epoch"].get<double>();
-        const auto& val = h["val"].value(metric_name, nlohmann::json(nullptr));
-        v.points.emplace_back(epoch, val.is_number() ? val.get<double>() : NAN);
-        l.points.emplace_back(epoch, h["train_loss"].get<double>());
+      try {
+        for (const auto& h : m.at("history")) {
+          const double epoch = h.at("epoch").get<double>();
+          const auto& val = h.at("val").value(metric_name, nlohmann::json(nullptr));
+          v.points.emplace_back(epoch, val.is_number() ? val.get<double>() : NAN);
+          l.points.emplace_back(epoch, h.at("train_loss").get<double>());
+        }
+      } catch (const nlohmann::json::exception&) {
+        continue;  // like an unreadable metrics.json: the run stays in the table, without curves
       }
       val_curves.push_back(v);
       loss_curves.push_back(l);
@@ -263,7 +289,7 @@ std::string write_report(const std::string& output_dir) {
     const bool higher = mine.front()->value("higher_is_better", true);
     for (const auto* r : mine) {
       const std::string key = (*r)["head"].get<std::string>() + " levels " + (*r)["levels"].get<std::string>();
-      const double lr = (*r)["lr"].get<double>(), v = metric(*r, "val");
+      const double lr = (*r)["lr"].get<double>(), v = primary_value(*r, "val");
       auto& slot = by_series[key];
       if (!slot.count(lr) || (higher ? v > slot[lr] : v < slot[lr])) slot[lr] = v;
     }
@@ -283,13 +309,15 @@ std::string write_report(const std::string& output_dir) {
     for (const auto* r : mine) {
       const std::string lv = (*r)["levels"].get<std::string>();
       if (!best.count(lv)) level_sets.push_back(lv);
-      const double v = metric(*r, "val");
-      if (!best.count(lv) || (higher ? v > metric(*best[lv], "val") : v < metric(*best[lv], "val"))) best[lv] = r;
+      const double v = primary_value(*r, "val");
+      const bool better = best.count(lv) && (higher ? v > primary_value(*best[lv], "val")
+                                                    : v < primary_value(*best[lv], "val"));
+      if (!best.count(lv) || better) best[lv] = r;
     }
     Series val_bars{"val", {}}, test_bars{"test", {}};
     for (std::size_t i = 0; i < level_sets.size(); ++i) {
-      val_bars.points.emplace_back(double(i), metric(*best[level_sets[i]], "val"));
-      test_bars.points.emplace_back(double(i), metric(*best[level_sets[i]], "test"));
+      val_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "val"));
+      test_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "test"));
     }
     html << bar_chart("levels compared (best run per level set)", metric_name, level_sets, {val_bars, test_bars}) << "\n";
     html << "</div>\n";

@@ -43,12 +43,12 @@ std::vector<nlohmann::json> finished_rows(const Study& study, const RunLedger& l
   return rows;
 }
 
+}  // namespace
+
 double primary_value(const nlohmann::json& row, const char* split) {
   const auto& v = row[split].value(row.value("primary_metric", std::string()), nlohmann::json(nullptr));
   return v.is_number() ? v.get<double>() : NAN;
 }
-
-}  // namespace
 
 nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& m) {
   nlohmann::json row;

@@ -13,6 +13,8 @@ namespace embcache {
 
 // The ledger/results row of a finished run, from its metrics.json.
 nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& metrics);
+// The row's primary metric on `split` ("val" or "test"); NaN when it has none.
+double primary_value(const nlohmann::json& row, const char* split);
 // OUTPUT_DIR/results.jsonl and results.csv for every finished run of the study, in config order.
 void write_results(const Study& study, const RunLedger& ledger);
 // A plain-text table of the finished runs of `groups`, best validation metric first per group.
