@@ -32,6 +32,9 @@ expect_error 2 "no level \"9\"" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" -
 expect_error 3 "encoder file not found" "${RUN[@]}" --encoder nope.pt --dataset data.h5 --out c.h5
 expect_error 3 "not a loadable TorchScript" "${RUN[@]}" --encoder "$ENC/not_torchscript.pt" --dataset data.h5 --out c.h5
 expect_error 3 "3 dimensions" "${RUN[@]}" --encoder "$ENC/bad_rank.pt" --dataset data.h5 --out c.h5
+# The cause from TorchScript's interpreter, not its "The following operation failed" opening line.
+expect_error 3 "forward failed on a batch of shape \[4, 2, 32, 32\]: RuntimeError: .*expected input\[4, 2, 32, 32\] to have 3 channels" \
+  "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --bands 0,1
 expect_error 3 "level 0 of crop default/w" "${RUN[@]}" --encoder "$ENC/nonfinite.pt" --dataset data.h5 --out nf.h5
 # Datasets
 expect_error 3 "missing dataset /images" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset noimages.h5 --out c.h5

@@ -10,6 +10,28 @@
 #include "embcache/core/error.hpp"
 
 namespace embcache {
+namespace {
+
+// The cause of a failed forward, in one line. The TorchScript interpreter's errors open with
+// "The following operation failed..." and two tracebacks; the cause is the last unindented line
+// naming an error ("RuntimeError: Given groups=1, weight of size ...").
+std::string forward_error_cause(const std::string& text) {
+  std::string cause;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    const std::size_t end = std::min(text.find('\n', start), text.size());
+    const std::string line = text.substr(start, end - start);
+    const std::size_t colon = line.find(": ");
+    const std::string name = line.substr(0, colon);
+    const bool names_error = colon != std::string::npos && !name.empty() && name.find(' ') == std::string::npos &&
+                             (name.find("Error") != std::string::npos || name.find("Exception") != std::string::npos);
+    if (names_error) cause = line;
+    start = end + 1;
+  }
+  return cause.empty() ? first_line(text) : cause;
+}
+
+}  // namespace
 
 Amp parse_amp(const std::string& text) {
   if (text == "none") return Amp::kNone;
@@ -108,9 +130,10 @@ EncoderOutput Encoder::forward(const at::Tensor& batch) {
     out = impl_->module.forward({batch.to(device_, /*non_blocking=*/true)});
   } catch (const c10::Error& e) {
     throw InputError(path_ + ": forward failed on a batch of shape " + std::string(c10::str(batch.sizes())) +
-                     ": " + first_line(e.what_without_backtrace()));
+                     ": " + forward_error_cause(e.what_without_backtrace()));
   } catch (const std::exception& e) {
-    throw InputError(path_ + ": forward failed: " + first_line(e.what()));
+    throw InputError(path_ + ": forward failed on a batch of shape " + std::string(c10::str(batch.sizes())) +
+                     ": " + forward_error_cause(e.what()));
   }
   EncoderOutput result;
   if (out.isTensor()) {
