@@ -414,6 +414,11 @@ TEST_CASE("bad datasets and options: one clear error each") {
   o.mean = "1,2";
   REQUIRE(contains(error_of<UsageError>(o), "--mean has 2 values"));
   o = s.options();
+  o.scale = std::nan("");
+  REQUIRE(contains(error_of<UsageError>(o), "--scale: expected a finite, non-zero factor"));
+  o.scale = 0;
+  REQUIRE(contains(error_of<UsageError>(o), "--scale: expected a finite, non-zero factor"));
+  o = s.options();
   o.overlap = 16;
   REQUIRE(contains(error_of<UsageError>(o), "--overlap"));
   o = s.options();

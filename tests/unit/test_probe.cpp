@@ -91,6 +91,17 @@ TEST_CASE("byte sizes parse with binary units and reject nonsense") {
   CHECK_THROWS_AS(parse_bytes("-1G", "--host-memory-budget"), UsageError);
 }
 
+TEST_CASE("crop sizes parse as S or WxH and name the expected form otherwise") {
+  CHECK(parse_size("64", "--crop-size") == std::pair<std::int64_t, std::int64_t>(64, 64));
+  CHECK(parse_size("64x32", "--crop-size") == std::pair<std::int64_t, std::int64_t>(64, 32));
+  for (const char* bad : {"64x", "x32", "10x20x3", "big"}) {
+    CHECK_THROWS_WITH_AS(parse_size(bad, "--crop-size"),
+                         ("--crop-size: expected S or WxH (64 or 64x32), got \"" + std::string(bad) + "\"").c_str(),
+                         UsageError);
+  }
+  CHECK_THROWS_WITH_AS(parse_size("0x8", "--crop-size"), "--crop-size: sizes must be positive, got \"0x8\"", UsageError);
+}
+
 TEST_CASE("bank optimizers: one AdamW and one SGD step by hand; inactive members do not move") {
   // Three members of two elements, gradient 0.5 everywhere; member 1 is inactive. float32 on the
   // CPU takes the fused loop; float64 the tensor expressions used on the GPU: both must agree.

@@ -65,12 +65,20 @@ std::vector<std::int64_t> parse_int_list(const std::string& text, const std::str
 
 std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const std::string& what) {
   const auto x = text.find_first_of("xX");
+  const std::string expected = what + ": expected S or WxH (64 or 64x32), got \"" + text + "\"";
+  auto side = [&](const std::string& part) {
+    const std::string t = trim(part);
+    char* end = nullptr;
+    const long long v = std::strtoll(t.c_str(), &end, 10);
+    if (t.empty() || *end != '\0') throw UsageError(expected);
+    return std::int64_t(v);
+  };
   std::int64_t w, h;
   if (x == std::string::npos) {
-    w = h = parse_int(text, what);
+    w = h = side(text);
   } else {
-    w = parse_int(text.substr(0, x), what);
-    h = parse_int(text.substr(x + 1), what);
+    w = side(text.substr(0, x));
+    h = side(text.substr(x + 1));
   }
   if (w <= 0 || h <= 0) throw UsageError(what + ": sizes must be positive, got \"" + text + "\"");
   return {w, h};

@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include <cmath>
+
 #include "embcache/core/error.hpp"
 
 namespace embcache {
@@ -14,6 +16,9 @@ void Preprocess::validate(std::int64_t channels) const {
                        ")");
     }
   };
+  if (!std::isfinite(scale) || scale == 0.0) {
+    throw UsageError("--scale: expected a finite, non-zero factor, got " + std::to_string(scale));
+  }
   check_length(mean, "mean");
   check_length(std, "std");
   for (double s : std) {
