@@ -48,8 +48,9 @@ expect_error 3 'output_dir: .*afile exists and is not a directory' "$EMBCACHE" r
 echo '{"version": 2, "output_dir": "x", "precompute": []}' >v2.json
 expect_error 3 'version: this embcache reads study version 1' "$EMBCACHE" run v2.json
 
-# start_then_signal CONFIG OUTPUT_DIR SIGNAL: runs the study in the background, sends SIGNAL once
-# the first pass is in the ledger, and prints the exit status.
+# start_then_signal CONFIG OUTPUT_DIR SIGNAL [CHECK]: runs the study in the background, runs
+# CHECK (a command, its output to stderr) and sends SIGNAL once the first pass is in the ledger,
+# and prints the exit status.
 start_then_signal() {
   "$EMBCACHE" run "$1" >"$1.log" 2>&1 &
   local pid=$! rc=0
@@ -57,6 +58,7 @@ start_then_signal() {
     [[ -f $2/ledger.jsonl ]] && [[ $(wc -l <"$2/ledger.jsonl") -ge 2 ]] && break
     sleep 0.05
   done
+  [[ -z ${4:-} ]] || $4 >&2
   kill -"$3" $pid
   wait $pid 2>/dev/null || rc=$?
   echo $rc
@@ -117,7 +119,10 @@ grep -q "(8 finished, 2 to run in 1 train-probe pass)" run3.txt || fail "edited 
 
 # kill -9 in the middle of a study, rerun: finished runs are kept, the rest run, no duplicates.
 sed 's/"output_dir": "out"/"output_dir": "out-kill"/; s/"epochs": 4/"epochs": 40/' study.json >kill.json
-rc=$(start_then_signal kill.json out-kill KILL)
+# While it works, a second run of the same study is refused (it would train every run again);
+# the kill -9 leaves no lock that blocks the rerun.
+second_run_refused() { expect_error 4 "out-kill: another \`embcache run\` is working in it" "$EMBCACHE" run kill.json; }
+rc=$(start_then_signal kill.json out-kill KILL second_run_refused)
 [[ $rc -eq 137 ]] || fail "kill -9: expected the study to die with 137, got $rc"
 done_before=$(($(wc -l <out-kill/ledger.jsonl) - 1))
 [[ $done_before -ge 1 && $done_before -lt 10 ]] || fail "kill -9 landed outside the study ($done_before runs finished)"

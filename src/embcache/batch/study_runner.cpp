@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <memory>
 #include <set>
 #include <sstream>
 
@@ -13,6 +14,7 @@
 #include "embcache/batch/run_ledger.hpp"
 #include "embcache/batch/study_config.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/file_lock.hpp"
 #include "embcache/core/files.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/sha256.hpp"
@@ -162,6 +164,18 @@ void run_study(const RunStudyOptions& options) {
     }
   }
 
+  // One `embcache run` per output_dir: two would train the same runs twice into the same pass
+  // directories and append each result to the ledger twice. A dry run only reads.
+  std::unique_ptr<FileLock> lock;
+  if (!options.dry_run) {
+    std::error_code ec;
+    fs::create_directories(study.output_dir, ec);
+    if (ec) throw IoError("output_dir " + study.output_dir + ": cannot create (" + ec.message() + ")");
+    lock = std::make_unique<FileLock>(study.output_dir + "/run.lock",
+                                      "output_dir " + study.output_dir + ": another `embcache run` is working in it; "
+                                      "wait for it to finish, or give this study another output_dir",
+                                      "output_dir must be writable");
+  }
   RunLedger ledger(study.output_dir, study.version);
   std::vector<std::size_t> pending;
   std::size_t finished = 0, selected_runs = 0;
@@ -209,8 +223,6 @@ void run_study(const RunStudyOptions& options) {
   }
 
   std::error_code ec;
-  fs::create_directories(study.output_dir, ec);
-  if (ec) throw IoError("output_dir " + study.output_dir + ": cannot create (" + ec.message() + ")");
   for (const auto& p : study.precomputes) {
     if (!selected_pre.count(p.name)) continue;
     fs::create_directories(fs::path(p.options.out).parent_path(), ec);

@@ -1,8 +1,6 @@
 #include "embcache/store/cache_store.hpp"
 
 #include <fcntl.h>
-#include <sys/file.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -13,6 +11,7 @@
 
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/file_lock.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/commit_record.hpp"
 
@@ -68,46 +67,6 @@ void sync_path(const std::string& path) {
   if (rc != 0) throw IoError("cannot sync " + path + ": " + std::strerror(saved));
 }
 
-// An flock on CACHE.lock held for the store's lifetime. The kernel drops it when the process
-// dies, so a crashed writer never blocks the next run.
-class CacheStore::WriterLock {
- public:
-  explicit WriterLock(std::string path) : path_(std::move(path)) {
-    for (int attempt = 0; attempt < 10; ++attempt) {
-      fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-      if (fd_ < 0) {
-        throw IoError("cannot create " + path_ + ": " + errno_text() +
-                      "; the cache's directory must be writable (choose another --out)");
-      }
-      if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
-        ::close(fd_);
-        throw IoError("the cache is being written by another embcache process (it holds " + path_ +
-                      "); wait for it to finish");
-      }
-      // The previous holder may have unlinked the file between our open and flock.
-      struct stat held {}, named {};
-      if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &named) == 0 &&
-          held.st_ino == named.st_ino && held.st_dev == named.st_dev) {
-        const std::string pid = std::to_string(::getpid()) + "\n";
-        if (::ftruncate(fd_, 0) == 0 && ::write(fd_, pid.data(), pid.size()) < 0) {
-          // The pid is informational only.
-        }
-        return;
-      }
-      ::close(fd_);
-    }
-    throw IoError("cannot take the writer lock " + path_ + "; another process keeps replacing it");
-  }
-  ~WriterLock() {
-    ::unlink(path_.c_str());
-    ::close(fd_);
-  }
-
- private:
-  std::string path_;
-  int fd_ = -1;
-};
-
 CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
                        StorageOptions storage, CommitPolicy policy, bool overwrite)
     : path_(std::move(path)),
@@ -122,7 +81,9 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
     throw IoError(path_ + ": directory " + parent.string() + " does not exist; create it first");
   }
   if (fs::is_directory(path_)) throw IoError(path_ + ": is a directory; --out must name a file");
-  lock_ = std::make_unique<WriterLock>(path_ + ".lock");
+  lock_ = std::make_unique<FileLock>(path_ + ".lock",
+                                     "the cache is being written by another embcache process; wait for it to finish",
+                                     "the cache's directory must be writable (choose another --out)");
 
   // Leftovers of a crashed run are never trusted: a half-written copy or commit record.
   remove_quietly(path_ + ".tmp");

@@ -18,6 +18,8 @@
 
 namespace embcache {
 
+class FileLock;
+
 struct CommitPolicy {
   std::int64_t segment_bytes = std::int64_t(1) << 30;    // commit when a segment holds this much
   double segment_seconds = 30.0;                         // ... or is this old
@@ -68,7 +70,6 @@ class CacheStore {
   ConsolidateStats consolidate();
 
  private:
-  class WriterLock;
   void read_committed(const RowSource& source);
   // The levels written from now on; also recorded in the signature's "levels".
   void adopt_levels(std::vector<LevelSpec> levels);
@@ -88,7 +89,7 @@ class CacheStore {
   LabelKinds labels_;
   StorageOptions storage_;
   CommitPolicy policy_;
-  std::unique_ptr<WriterLock> lock_;
+  std::unique_ptr<FileLock> lock_;
   bool main_exists_ = false;
   std::string next_path_;               // the cache file being built
   std::vector<std::string> records_;     // this run's commit records, oldest first
