@@ -109,6 +109,13 @@ class NonFinite(nn.Module):
         return torch.where(m > 0, torch.full_like(x, float("nan")), x)
 
 
+class BadKey(nn.Module):
+    """A dict key that cannot be an HDF5 dataset name under /levels."""
+
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        return {"stage/1": x.mean(dim=(2, 3))}
+
+
 class ShapeChanges(nn.Module):
     """Feature width alternates from one call to the next."""
 
@@ -150,7 +157,8 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))
     torch.jit.save(torch.jit.script(ProbeBackbone().eval()), os.path.join(out_dir, "bench_probe.pt"))
     for name, module in [("bad_rank", BadRank()), ("bad_rank5", BadRank5()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
-                         ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges())]:
+                         ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges()),
+                         ("bad_key", BadKey())]:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))
     with open(os.path.join(out_dir, "not_torchscript.pt"), "wb") as f:
         f.write(b"this is not a torchscript archive")

@@ -151,6 +151,12 @@ EncoderOutput Encoder::forward(const at::Tensor& batch) {
         throw InputError("encoder returned a dict with non-string keys; use Dict[str, Tensor]");
       }
       const std::string name = entry.key().toStringRef();
+      // Level names become HDF5 dataset names, /levels/NAME.
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+        throw InputError(path_ + ": the encoder's Dict output has the key \"" + name + "\", which cannot name a "
+                         "level (it becomes the HDF5 dataset /levels/NAME: non-empty, not . or .., no '/'); "
+                         "rename the key in the encoder's forward");
+      }
       result.names.push_back(name);
       result.levels.push_back(as_level(entry.value(), "\"" + name + "\"", b));
     }
