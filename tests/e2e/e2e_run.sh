@@ -17,12 +17,14 @@ cat >bad.json <<'JSON'
   "output_dir": "out-bad",
   "precompute": [
     { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/missing.h5" },
-    { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "dtype": ["float16", "float32"] }
+    { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "dtype": ["float16", "float32"] },
+    { "name": "grid", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "crop_size": "14x" }
   ],
   "probes": [
     { "name": "a", "cache": "enc", "task": "classification", "levels": [[1]], "lr": [0.1, 0.01, "fast"] },
     { "name": "b", "cache": "nope", "task": "classification", "levels": 1, "learning_rate": 0.1 },
-    { "name": "c", "cache": "enc", "task": "classification", "head": "fpn", "levels": [[1]] }
+    { "name": "c", "cache": "enc", "task": "classification", "head": "fpn", "levels": [[1]] },
+    { "name": "d", "cache": "enc", "task": "classification", "levels": [[1]], "lr": [0.1, 0.01], "warmup_epochs": 30 }
   ]
 }
 JSON
@@ -33,7 +35,9 @@ for want in 'precompute\[0\].dataset: .*missing.h5 does not exist' 'precompute\[
             'precompute\[1\].dtype: a list here would mean several caches' \
             'probes\[0\].lr\[2\]: expected a number, got "fast"' \
             'probes\[1\].learning_rate: unknown key "learning_rate"; did you mean "lr"' \
-            'probes\[1\].cache: "nope" is neither a precompute entry' 'fpn combines several levels'; do
+            'probes\[1\].cache: "nope" is neither a precompute entry' 'fpn combines several levels' \
+            'precompute\[2\].crop_size: expected S or WxH \(64 or 64x32\), got "14x"' \
+            'probes\[3\].warmup_epochs \(levels=1,lr=0.1\): 30 is not shorter than --epochs 20'; do
   grep -qE -- "$want" err.txt || fail "bad config: stderr lacks /$want/: $(cat err.txt)"
 done
 ! grep -qiE "terminate called|abort|Exception raised" err.txt || fail "abort in: $(cat err.txt)"

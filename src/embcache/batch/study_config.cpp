@@ -9,6 +9,7 @@
 
 #include "embcache/core/error.hpp"
 #include "embcache/core/sha256.hpp"
+#include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/trainer.hpp"
 
 namespace embcache {
@@ -328,9 +329,28 @@ class StudyParser {
     return name;
   }
 
+  // The option checks speak in command-line flags ("--crop-size: expected ..."); a config names
+  // its fields ("precompute[0].crop_size: expected ...").
+  // `run` names the grid point of a probe entry (" (lr=0.1)"), or is empty.
+  template <class Options>
+  void add_option_problem(const std::string& where, const std::string& run,
+                          const std::vector<OptionField<Options>>& fields, const std::string& message) {
+    const auto colon = message.find(": ");
+    if (message.rfind("--", 0) == 0 && colon != std::string::npos) {
+      const std::string flag = message.substr(2, colon - 2);
+      for (const auto& field : fields) {
+        if (field.name != flag) continue;
+        problems_.add(where + "." + field.json_key() + run, message.substr(colon + 2));
+        return;
+      }
+    }
+    problems_.add(where + run, message);
+  }
+
   void parse_precompute(const std::string& where, const Json& raw) {
     const auto& pre_fields = precompute_fields();
     const auto pre_keys = json_keys(pre_fields, {"name"});
+    const std::size_t problems_before = problems_.lines.size();
     PrecomputeEntry entry;
     entry.name = check_name(raw, where);
     const Json e = merged(defaults_pre, raw);
@@ -363,6 +383,13 @@ class StudyParser {
     }
     if (entry.options.out.empty() && !entry.name.empty() && !study_.output_dir.empty()) {
       entry.options.out = study_.output_dir + "/caches/" + entry.name + ".h5";
+    }
+    if (problems_.lines.size() == problems_before && !entry.options.out.empty()) {
+      try {
+        check_precompute_options(entry.options);
+      } catch (const Error& err) {
+        add_option_problem(where, "", pre_fields, err.what());
+      }
     }
     Json identity = Json::object();
     for (const auto& field : pre_fields) {
@@ -487,7 +514,6 @@ class StudyParser {
         }
       }
       run.name = group + (label.empty() ? "" : "/" + label);
-      const std::string run_where = where + (label.empty() ? "" : " (" + label + ")");
       bool ok = true;
       for (const auto& [key, value] : values.items()) {
         if (key == "cache") continue;
@@ -517,7 +543,7 @@ class StudyParser {
       try {
         check_probe_options(run.options);
       } catch (const Error& err) {
-        problems_.add(run_where, err.what());
+        add_option_problem(where, label.empty() ? "" : " (" + label + ")", probe_fields_, err.what());
         break;
       }
       nlohmann::json identity = probe_options_to_json(run.options);

@@ -19,10 +19,12 @@ void Preprocess::validate(std::int64_t channels) const {
   if (!std::isfinite(scale) || scale == 0.0) {
     throw UsageError("--scale: expected a finite, non-zero factor, got " + std::to_string(scale));
   }
-  check_length(mean, "mean");
-  check_length(std, "std");
+  if (channels >= 0) {
+    check_length(mean, "mean");
+    check_length(std, "std");
+  }
   for (double s : std) {
-    if (s == 0.0) throw UsageError("--std values must be non-zero");
+    if (s == 0.0) throw UsageError("--std: values must be non-zero");
   }
 }
 

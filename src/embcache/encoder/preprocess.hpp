@@ -14,8 +14,9 @@ struct Preprocess {
   std::vector<double> mean{0.0};  // one value for all channels, or one per (selected) channel
   std::vector<double> std{1.0};
 
-  // Throws UsageError when lengths do not fit `channels` or a std is zero.
-  void validate(std::int64_t channels) const;
+  // Throws UsageError when the scale is zero or not finite, a std is zero, or (given `channels`)
+  // the lengths of mean and std fit neither one value nor one per channel.
+  void validate(std::int64_t channels = -1) const;
   // [C, h, w] any dtype -> float32 [C, h, w]; computed in float32 in this exact order so that
   // the same expression in Python gives bit-identical inputs.
   at::Tensor apply(const at::Tensor& raw) const;

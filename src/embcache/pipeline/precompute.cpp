@@ -72,19 +72,21 @@ Resolved resolve(const PrecomputeOptions& o) {
   r.preprocess.scale = o.scale;
   r.preprocess.mean = parse_double_list(o.mean, "--mean");
   r.preprocess.std = parse_double_list(o.std, "--std");
+  r.preprocess.validate();
   if (o.batch_size != "auto") {
     r.batch_size = parse_int(o.batch_size, "--batch-size");
-    if (r.batch_size <= 0) throw UsageError("--batch-size must be positive or auto");
+    if (r.batch_size <= 0) throw UsageError("--batch-size: must be a positive number or auto");
   }
   r.amp = parse_amp(o.amp);
   r.device = resolve_device(o.device);
-  if (o.threads < 0) throw UsageError("--threads must be >= 0 (0 = one per core)");
+  if (r.amp != Amp::kNone && !r.device.is_cuda()) throw UsageError("--amp: needs a CUDA device; on CPU use --amp none");
+  if (o.threads < 0) throw UsageError("--threads: must be 0 (one per core) or more");
   r.threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
   r.storage.dtype = parse_storage_dtype(o.dtype);
   r.storage.compression = Compression::parse(o.compression);
   if (!o.levels.empty()) r.level_request = split_list(o.levels, "--levels");
-  if (o.commit_seconds <= 0) throw UsageError("--commit-seconds must be positive");
-  if (o.segment_mb <= 0) throw UsageError("--segment-mb must be positive");
+  if (o.commit_seconds <= 0) throw UsageError("--commit-seconds: must be positive");
+  if (o.segment_mb <= 0) throw UsageError("--segment-mb: must be positive");
   r.policy.segment_seconds = o.commit_seconds;
   r.policy.segment_bytes = o.segment_mb << 20;
   r.policy.fsync = o.fsync;
@@ -339,6 +341,8 @@ std::unique_ptr<WindowSource> open_source(const PrecomputeOptions& o) {
   r.reader_threads = o.reader_threads;
   return open_rslearn_dataset(r);
 }
+
+void check_precompute_options(const PrecomputeOptions& options) { resolve(options); }
 
 PrecomputeEstimate estimate_precompute(const PrecomputeOptions& options) {
   const Resolved opt = resolve(options);

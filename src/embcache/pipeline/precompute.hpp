@@ -61,6 +61,10 @@ struct PrecomputeEstimate {
 };
 PrecomputeEstimate estimate_precompute(const PrecomputeOptions& options);
 
+// Throws the UsageError run_precompute would raise for `options` alone (values and their forms),
+// without opening the encoder or the dataset: `embcache run` checks a whole config before it runs.
+void check_precompute_options(const PrecomputeOptions& options);
+
 PrecomputeSummary run_precompute(const PrecomputeOptions& options, const PrecomputeHooks& hooks = {});
 
 }  // namespace embcache

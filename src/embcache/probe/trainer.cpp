@@ -218,6 +218,9 @@ void check_probe_options(const ProbeOptions& options) {
   if (options.tier != "auto" && options.tier != "gpu" && options.tier != "host" && options.tier != "stream") {
     throw UsageError("--tier: expected auto, gpu, host or stream, got \"" + options.tier + "\"");
   }
+  if (options.tier == "gpu" && !resolve_device(options.device).is_cuda()) {
+    throw UsageError("--tier: gpu needs a CUDA --device");
+  }
   for (const auto* budget : {&options.gpu_memory_budget, &options.host_memory_budget}) {
     if (*budget != "auto") parse_bytes(*budget, budget == &options.gpu_memory_budget ? "--gpu-memory-budget" : "--host-memory-budget");
   }
@@ -268,7 +271,6 @@ class Trainer {
     if (!options.hidden.empty()) hidden = parse_int_list(options.hidden, "--hidden");
     device = resolve_device(options.device);
     if (options.threads > 0) at::set_num_threads(options.threads);
-    if (options.tier == "gpu" && !device.is_cuda()) throw UsageError("--tier gpu needs a CUDA --device");
 
     data_ = std::make_unique<ProbeData>(options, task);
   }
