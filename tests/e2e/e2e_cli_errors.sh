@@ -118,8 +118,18 @@ wait "$pid" || rc=$?
 [[ $rc -eq 130 ]] || fail "Ctrl-C: expected exit 130, got $rc: $(cat int.err)"
 grep -q "rerun the same command to finish" int.err || fail "Ctrl-C message: $(cat int.err)"
 [[ -e int.h5 && ! -e int.h5.segments ]] || fail "Ctrl-C did not consolidate what was done"
-"$EMBCACHE" inspect int.h5 >/dev/null
+# The cache says it is short, and readers repeat it: a probe must not train on part of a split
+# without a word.
+"$EMBCACHE" inspect int.h5 >inspect.txt
+grep -q "incomplete: the precompute that wrote it was interrupted" inspect.txt || fail "inspect: $(cat inspect.txt)"
+PROBE=(train-probe --task classification --levels 0 --val-fraction 0.2 --epochs 1 --quiet)
+"$EMBCACHE" "${PROBE[@]}" --cache int.h5 --out probe-short >/dev/null 2>probe.err
+grep -q "^embcache: warning: int.h5: the precompute that wrote it was interrupted, so crops are missing; rerun that precompute to finish it (training on the [0-9]* rows it has)$" probe.err || fail "train-probe on a short cache: $(cat probe.err)"
+"$PYTHON" -c "import json; assert 'interrupted' in json.load(open('probe-short/metrics.json'))['warnings'][0]"
 "$EMBCACHE" precompute "${HEAVY[@]}" --out int.h5 --summary-json int.json >/dev/null
 "$PYTHON" -c "import json; j = json.load(open('int.json')); assert j['crops_skipped'] > 0 and j['crops_computed'] > 0, j"
 fx same heavy-reference.h5 int.h5
+"$PYTHON" -c "import h5py; assert h5py.File('int.h5')['/'].attrs['complete'] == 1"
+"$EMBCACHE" "${PROBE[@]}" --cache int.h5 --out probe-full >/dev/null 2>probe.err
+[[ ! -s probe.err ]] || fail "train-probe on the finished cache warned: $(cat probe.err)"
 echo "e2e_cli_errors: all checks passed"

@@ -281,6 +281,60 @@ TEST_CASE("the committed rows of a crashed run are kept and installed by the nex
   REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
 }
 
+TEST_CASE("a cache is marked complete only by a run that finished; a finished rerun clears the mark") {
+  Setup s;
+  PrecomputeOptions o = s.options();
+  count_calls(o);
+  CHECK(CacheFileReader(s.cache).complete() == true);
+  CHECK(cache_shortfall(CacheFileReader(s.cache)).empty());
+  CacheFileReader full(s.cache);
+  const StoreArgs args(full);
+  const RowBatch all = full.read_rows(0, 24);
+  fs::remove(s.cache);
+  {
+    // Killed after committing its last crop, before the rename.
+    auto store = args.open(s.cache);
+    store->set_levels(args.levels);
+    store->append(all);
+    store->commit();
+  }
+  {
+    // A run with nothing to compute installs the committed rows and, having finished, says so,
+    // through the one copy that rewrites the mark.
+    auto store = args.open(s.cache);
+    REQUIRE(store->recovered_rows() == 24);
+    CHECK(CacheFileReader(s.cache).complete() == false);
+    CHECK(contains(cache_shortfall(CacheFileReader(s.cache)), "was interrupted, so crops are missing"));
+    const ConsolidateStats stats = store->consolidate(/*complete=*/true);
+    CHECK(stats.copied_rows == 24);
+  }
+  CacheFileReader after(s.cache);
+  CHECK(after.complete() == true);
+  CHECK(after.rows() == 24);
+  const RowBatch again = after.read_rows(0, 24);
+  for (std::size_t i = 0; i < all.levels.size(); ++i) REQUIRE(at::equal(again.levels[i], all.levels[i]));
+
+  // An interrupted run marks what it installs; commit records waiting beside a cache are named.
+  {
+    auto store = args.open(s.cache);
+    RowBatch one = after.read_rows(0, 1);
+    one.windows[0] = "extra";
+    store->append(one);
+    store->consolidate(/*complete=*/false);
+  }
+  CHECK(CacheFileReader(s.cache).complete() == false);
+  CHECK(CacheFileReader(s.cache).rows() == 25);
+  {
+    auto store = args.open(s.cache);
+    RowBatch one = after.read_rows(1, 1);
+    one.windows[0] = "extra2";
+    store->append(one);
+    store->commit();
+  }
+  CHECK(pending_commit_records(s.cache) == 1);
+  CHECK(contains(cache_shortfall(CacheFileReader(s.cache)), "rows it committed are not in the file yet"));
+}
+
 TEST_CASE("a second writer is refused while the first holds the lock") {
   Setup s;
   count_calls(s.options());

@@ -11,6 +11,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_store.hpp"
 
 namespace fs = std::filesystem;
 
@@ -25,15 +26,7 @@ void setup_inspect(CLI::App& app) {
 }
 
 nlohmann::json inspect_cache(const std::string& path) {
-  const std::string segments_dir = path + ".segments";
-  std::int64_t pending = 0;
-  if (fs::is_directory(segments_dir)) {
-    for (const auto& entry : fs::directory_iterator(segments_dir)) {
-      // Commit records (seg-N.h5); next.h5 is the cache being built.
-      const std::string name = entry.path().filename().string();
-      if (name.rfind("seg-", 0) == 0 && entry.path().extension() == ".h5") ++pending;
-    }
-  }
+  const std::int64_t pending = pending_commit_records(path);
   if (!fs::exists(path)) {
     if (pending > 0 || fs::exists(path + ".lock")) {
       throw IoError(path + ": cache is being written (" + std::to_string(pending) +
@@ -52,6 +45,7 @@ nlohmann::json inspect_cache(const std::string& path) {
   j["dtype"] = to_string(reader.storage().dtype);
   j["file_bytes"] = std::int64_t(fs::file_size(path));
   j["pending_segments"] = pending;
+  j["complete"] = reader.complete() ? nlohmann::json(*reader.complete()) : nlohmann::json(nullptr);
   j["writer_active"] = fs::exists(path + ".lock");
   const CacheIndex index = reader.read_index();
   std::map<std::string, std::int64_t> splits;
@@ -129,6 +123,9 @@ void run_inspect_command(const InspectOptions& options) {
     std::printf("  note: %lld commits of a run are not yet in this file (a run is active or was "
                 "interrupted; the next precompute installs them)\n",
                 (long long)j["pending_segments"].get<std::int64_t>());
+  } else if (j["complete"] == false) {
+    std::printf("  note: incomplete: the precompute that wrote it was interrupted, so crops are missing; "
+                "rerun it to finish\n");
   }
 }
 

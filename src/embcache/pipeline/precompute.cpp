@@ -781,7 +781,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     std::rethrow_exception(error);
   }
   // No commit first: closing and renaming the file being built installs every row at once.
-  const ConsolidateStats consolidated = store.consolidate();
+  const ConsolidateStats consolidated = store.consolidate(/*complete=*/!stop_requested());
 
   summary.crops_skipped = skipped;
   summary.stage_priority = priority.decision();

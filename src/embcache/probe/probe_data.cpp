@@ -7,6 +7,7 @@
 #include <sstream>
 
 #include "embcache/core/error.hpp"
+#include "embcache/store/cache_store.hpp"
 
 namespace embcache {
 namespace {
@@ -67,7 +68,13 @@ ProbeData::~ProbeData() = default;
 
 ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) {
   if (options.caches.empty()) throw UsageError("--cache: at least one cache is needed");
-  for (const auto& path : options.caches) caches_.push_back(std::make_unique<CacheFileReader>(path));
+  for (const auto& path : options.caches) {
+    caches_.push_back(std::make_unique<CacheFileReader>(path));
+    if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
+      warnings_.push_back(std::move(shortfall) + " (training on the " + std::to_string(caches_.back()->rows()) +
+                          " rows it has)");
+    }
+  }
   const auto& first = *caches_.front();
   for (std::size_t i = 1; i < caches_.size(); ++i) {
     const auto differences = signature_differences(first.signature(), caches_[i]->signature());

@@ -42,6 +42,8 @@ class ProbeData {
   const SplitRows& train() const { return splits_[0]; }
   const SplitRows& val() const { return splits_[1]; }
   const SplitRows& test() const { return splits_[2]; }  // may be empty
+  // One line per cache an interrupted precompute left short (see cache_shortfall).
+  const std::vector<std::string>& warnings() const { return warnings_; }
   // Image-level targets of a split (classification: int64 [n]; multilabel/regression: float32
   // [n] or [n, K]); undefined for dense tasks, whose targets are the masks.
   const at::Tensor& targets(int split) const { return targets_[split]; }
@@ -61,6 +63,7 @@ class ProbeData {
   ProbeTask task_;
   std::vector<std::unique_ptr<CacheFileReader>> caches_;
   SplitRows splits_[3];
+  std::vector<std::string> warnings_;
   at::Tensor targets_[3];
   std::int64_t num_outputs_ = 0;
   std::int64_t ignore_index_ = -1;

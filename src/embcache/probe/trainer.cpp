@@ -273,6 +273,8 @@ class Trainer {
     if (options.threads > 0) at::set_num_threads(options.threads);
 
     data_ = std::make_unique<ProbeData>(options, task);
+    // Not progress: shown with --quiet too (studies run their passes quietly).
+    for (const auto& warning : data_->warnings()) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
   }
 
   void build_grid() {
@@ -610,6 +612,7 @@ class Trainer {
     data_json["bytes_needed_resident"] = needed;
     data_json["peak_rss_bytes"] = peak_rss_bytes();
     j["data"] = data_json;
+    if (!data_->warnings().empty()) j["warnings"] = data_->warnings();
 
     write_text_atomically(options.out + "/history.csv", history_csv(j), "--out");
     write_text_atomically(options.out + "/metrics.json", j.dump(2) + "\n", "--out");

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,9 @@ class CacheFileReader : public RowSource {
   StorageOptions storage() const { return storage_; }
   std::int64_t rows() const override { return rows_; }
   std::string embcache_version() const { return version_; }
+  // The root attribute `complete`: false when the run that wrote the file was interrupted, so
+  // it lacks crops; nullopt for caches written before embcache recorded it.
+  std::optional<bool> complete() const { return complete_; }
   hid_t file() const { return file_.get(); }
 
   CacheIndex read_index() const override;
@@ -57,6 +61,7 @@ class CacheFileReader : public RowSource {
   LabelKinds labels_;
   StorageOptions storage_;
   std::string version_;
+  std::optional<bool> complete_;
   std::int64_t rows_ = 0;
 };
 

@@ -348,6 +348,10 @@ std::vector<std::uint8_t> CacheFileWriter::rows_bytes(std::size_t level, std::in
   return bytes;
 }
 
+void CacheFileWriter::set_complete(bool complete) {
+  h5::write_attr(file_.get(), "complete", std::int64_t(complete ? 1 : 0));
+}
+
 void CacheFileWriter::close() {
   if (!file_) return;
   flush_index();

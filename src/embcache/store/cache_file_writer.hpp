@@ -32,6 +32,9 @@ class CacheFileWriter {
   // the 4 bytes after such a chunk are borrowed for its checksum during the write and restored.
   // No other thread may read the batch's level tensors during append.
   void append(const RowBatch& batch, const std::function<void()>& between_chunks = {});
+  // Records whether the run that wrote this file finished every crop it was asked for (root
+  // attribute `complete`, 1 or 0); readers warn about a cache an interrupted run left short.
+  void set_complete(bool complete);
   // Flushes and closes; throws on failure (the file must then be discarded).
   void close();
   // Asks the kernel to start writing the file's dirty pages now, without waiting, so that the

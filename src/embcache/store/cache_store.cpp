@@ -67,6 +67,34 @@ void sync_path(const std::string& path) {
   if (rc != 0) throw IoError("cannot sync " + path + ": " + std::strerror(saved));
 }
 
+std::int64_t pending_commit_records(const std::string& cache_path) {
+  std::int64_t records = 0;
+  std::error_code ec;
+  const std::string dir = cache_path + ".segments";
+  if (!fs::is_directory(dir, ec)) return 0;
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    const std::size_t suffix = std::strlen(kSegmentSuffix);
+    if (name.rfind(kSegmentPrefix, 0) == 0 && name.size() > suffix &&
+        name.compare(name.size() - suffix, suffix, kSegmentSuffix) == 0) {
+      ++records;
+    }
+  }
+  return records;
+}
+
+std::string cache_shortfall(const CacheFileReader& cache) {
+  if (pending_commit_records(cache.path()) > 0) {
+    return cache.path() + ": a precompute into it is at work or was interrupted, and rows it committed are "
+           "not in the file yet; rerun that precompute to install them";
+  }
+  if (cache.complete() == false) {
+    return cache.path() + ": the precompute that wrote it was interrupted, so crops are missing; rerun "
+           "that precompute to finish it";
+  }
+  return "";
+}
+
 CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
                        StorageOptions storage, CommitPolicy policy, bool overwrite)
     : path_(std::move(path)),
@@ -168,7 +196,7 @@ void CacheStore::recover(const std::vector<std::string>& records) {
   }
   if (!existing_levels_.empty()) adopt_levels(existing_levels_);
   records_ = records;
-  merge_into_cache(std::move(sources));
+  merge_into_cache(std::move(sources), /*complete=*/false);  // the run that made them was cut short
   recovered_rows_ = rows;
 }
 
@@ -320,13 +348,27 @@ void CacheStore::abandon() {
   if (records_.empty()) remove_quietly(next_path_);
 }
 
-ConsolidateStats CacheStore::consolidate() {
+ConsolidateStats CacheStore::consolidate(bool complete) {
   ConsolidateStats stats;
-  if (!next_) return stats;
   const double started = now_seconds();
+  if (!next_) {
+    // Nothing new, yet the cache may be marked short by an interrupted run whose last crop had
+    // been committed (a kill before the rename): it holds every crop now. Rewriting the attribute
+    // in place could damage the file if we died midway, so the cache is copied, once.
+    if (complete && main_exists_ && CacheFileReader(path_).complete() == false) {
+      std::vector<std::unique_ptr<RowSource>> sources;
+      sources.push_back(std::make_unique<CacheFileReader>(path_));
+      stats = merge_into_cache(std::move(sources), /*complete=*/true);
+      stats.superseded_rows = 0;
+      stats.bytes = std::int64_t(fs::file_size(path_));
+      stats.seconds = now_seconds() - started;
+    }
+    return stats;
+  }
   stats.superseded_rows = superseded_;
   // Rows not yet committed need no record: the rename below commits them with the rest (a
   // crash before it loses only them, as a crash before any commit would).
+  next_->set_complete(complete);
   next_->close();
   stats.rows = next_->rows();
   next_.reset();
@@ -335,7 +377,7 @@ ConsolidateStats CacheStore::consolidate() {
   } else {
     std::vector<std::unique_ptr<RowSource>> sources;
     sources.push_back(std::make_unique<CacheFileReader>(next_path_));
-    const ConsolidateStats merged = merge_into_cache(std::move(sources));
+    const ConsolidateStats merged = merge_into_cache(std::move(sources), complete);
     stats.rows = merged.rows;
     stats.copied_rows = merged.copied_rows;
   }
@@ -344,7 +386,7 @@ ConsolidateStats CacheStore::consolidate() {
   return stats;
 }
 
-ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources) {
+ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete) {
   ConsolidateStats stats;
   // The newest row of each key wins: a recomputed (stale-pixel) crop replaces the old row.
   std::vector<std::vector<char>> keep(sources.size());
@@ -383,6 +425,7 @@ ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSou
     }
     stats.rows = writer.rows();
     stats.copied_rows = writer.rows();
+    writer.set_complete(complete);
     writer.close();
     sources.clear();
   } catch (...) {

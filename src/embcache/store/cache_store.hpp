@@ -34,6 +34,13 @@ struct ConsolidateStats {
   double seconds = 0.0;
 };
 
+// Commit records in CACHE.segments: rows an interrupted run committed that CACHE is still
+// without (the next precompute installs them), or a run at work.
+std::int64_t pending_commit_records(const std::string& cache_path);
+// What a reader of `cache` should be told when an interrupted precompute left it short (rows
+// missing, or committed rows not yet installed), or "" when nothing is known to be missing.
+std::string cache_shortfall(const CacheFileReader& cache);
+
 class CacheStore {
  public:
   // Takes the writer lock (IoError if another process holds it), removes what crashed runs left
@@ -66,8 +73,9 @@ class CacheStore {
   // Stops building (after an error): what was committed stays for the next run to recover.
   void abandon();
   // Closes the file being built and installs it as the cache: by rename, or by a copy when it
-  // must be compressed or holds stale rows that recomputed ones replace.
-  ConsolidateStats consolidate();
+  // must be compressed or holds stale rows that recomputed ones replace. `complete`: the run
+  // finished every crop (false after Ctrl-C), recorded in the cache for its readers.
+  ConsolidateStats consolidate(bool complete);
 
  private:
   void read_committed(const RowSource& source);
@@ -78,7 +86,7 @@ class CacheStore {
   void recover(const std::vector<std::string>& records);
   void start_building();
   // Merges `sources` (newest row of a key wins) into a new file with the cache's storage.
-  ConsolidateStats merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources);
+  ConsolidateStats merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete);
   // Syncs `file`, renames it over the cache and removes the run's commit records.
   void install_as_cache(const std::string& file);
   void remove_run_files();
