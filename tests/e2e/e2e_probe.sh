@@ -140,6 +140,27 @@ expect_error 2 "--test-split: 'val' is also the --val-split" "$EMBCACHE" train-p
 expect_error 3 "outside \[0, 5)" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --num-classes 5
 "$EMBCACHE" precompute --encoder demo_encoder.pt --dataset fashion_mnist.h5 --out fm32.h5 --quiet --no-fsync
 expect_error 3 "signature differs" "$EMBCACHE" train-probe --cache fm.h5 --cache fm32.h5 --out bad --task classification --levels 1
+# Several caches of one encoder: their rows add up; a crop in two of them is refused.
+"$PYTHON" - <<'PY'
+import h5py
+with h5py.File("fashion_mnist.h5") as f:
+    for name, rows in (("half1.h5", slice(0, None, 2)), ("half2.h5", slice(1, None, 2))):
+        with h5py.File(name, "w") as g:
+            for key in f:
+                data = f[key][rows]
+                g.create_dataset(key, data=data, dtype=f[key].dtype)
+PY
+for half in half1 half2; do
+  "$EMBCACHE" precompute --encoder demo_encoder.pt --dataset $half.h5 --out $half-cache.h5 --quiet --no-fsync \
+    --scale 0.00392157 --mean 0.286 --std 0.353 --dtype float16
+done
+"$EMBCACHE" train-probe --cache half1-cache.h5 --cache half2-cache.h5 --out halves --task classification --levels 1 \
+  --epochs 1 --quiet
+"$PYTHON" -c "
+import json; s = json.load(open('halves/metrics.json'))['splits']
+assert (s['train']['rows'], s['val']['rows'], s['test']['rows']) == (3000, 500, 2000), s"
+expect_error 3 "the crop default/.* is also in half1-cache.h5; caches trained on together must hold different crops" \
+  "$EMBCACHE" train-probe --cache half1-cache.h5 --cache half2-cache.h5 --cache half1-cache.h5 --out bad --task classification --levels 1
 expect_error 2 "exhausted" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 0 --host-memory-budget 64K
 expect_error 2 "host-memory-budget" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 0 --tier host --host-memory-budget 64K
 expect_error 3 "loss of linear levels=1 lr=1e+38 wd=0 is not finite in epoch 1" "$EMBCACHE" train-probe --cache fm.h5 --out bad \

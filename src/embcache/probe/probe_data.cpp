@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <sstream>
+#include <unordered_map>
 
 #include "embcache/core/error.hpp"
 #include "embcache/store/cache_store.hpp"
@@ -131,6 +132,11 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
   }
   // The index columns are read in blocks of rows: memory stays bounded however large the cache.
   constexpr std::int64_t kIndexBlock = 1 << 16;
+  // Crops trained on together must be distinct: a key in two caches (the same cache given twice,
+  // or one dataset cached twice) would count its rows twice, in the metrics too. One 64-bit
+  // hash per row, only when there are several caches.
+  const bool several = caches_.size() > 1;
+  std::unordered_map<std::uint64_t, std::size_t> key_cache;
   for (std::size_t c = 0; c < caches_.size(); ++c) {
     const CacheFileReader& cache = *caches_[c];
     const hid_t file = cache.file();
@@ -141,9 +147,26 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
       };
       const std::vector<std::string> split_names = column(cache_paths::kSplit);
       std::vector<std::string> groups, windows;
-      if (options.val_fraction > 0) {
+      std::vector<std::int64_t> bounds;
+      if (options.val_fraction > 0 || several) {
         groups = column(cache_paths::kGroup);
         windows = column(cache_paths::kWindow);
+      }
+      if (several) {
+        bounds.resize(4 * n);
+        h5::read_rows(h5::open_dataset(file, cache_paths::kBounds).get(), H5T_NATIVE_INT64, hsize_t(start), n,
+                      bounds.data(), cache.path());
+        for (std::size_t i = 0; i < n; ++i) {
+          std::uint64_t h = window_hash(groups[i], windows[i]);
+          for (int k = 0; k < 4; ++k) h = (h ^ std::uint64_t(bounds[4 * i + k])) * 1099511628211ull;
+          const auto [it, fresh] = key_cache.try_emplace(h, c);
+          if (fresh || it->second == c) continue;  // within one cache keys are unique
+          throw InputError("--cache " + cache.path() + ": the crop " + groups[i] + "/" + windows[i] + " [" +
+                           std::to_string(bounds[4 * i]) + ", " + std::to_string(bounds[4 * i + 1]) + ", " +
+                           std::to_string(bounds[4 * i + 2]) + ", " + std::to_string(bounds[4 * i + 3]) +
+                           "] is also in " + caches_[it->second]->path() + "; caches trained on together must "
+                           "hold different crops (is one cache given twice?)");
+        }
       }
       for (std::size_t i = 0; i < split_names.size(); ++i) {
         const std::int64_t r = start + std::int64_t(i);
