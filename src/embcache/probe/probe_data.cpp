@@ -26,6 +26,13 @@ std::uint64_t window_hash(const std::string& group, const std::string& window) {
   return h;
 }
 
+// A crop's key (group, window, bounds) as 64 bits: the window hash, then each bound mixed in.
+std::uint64_t crop_key_hash(const std::string& group, const std::string& window, const std::int64_t* bounds) {
+  std::uint64_t h = window_hash(group, window);
+  for (int k = 0; k < 4; ++k) h = (h ^ std::uint64_t(bounds[k])) * 1099511628211ull;
+  return h;
+}
+
 std::string split_counts_text(const std::map<std::string, std::int64_t>& counts) {
   std::string text;
   for (const auto& [name, n] : counts) text += (text.empty() ? "" : ", ") + name + " (" + std::to_string(n) + ")";
@@ -157,9 +164,7 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
         h5::read_rows(h5::open_dataset(file, cache_paths::kBounds).get(), H5T_NATIVE_INT64, hsize_t(start), n,
                       bounds.data(), cache.path());
         for (std::size_t i = 0; i < n; ++i) {
-          std::uint64_t h = window_hash(groups[i], windows[i]);
-          for (int k = 0; k < 4; ++k) h = (h ^ std::uint64_t(bounds[4 * i + k])) * 1099511628211ull;
-          const auto [it, fresh] = key_cache.try_emplace(h, c);
+          const auto [it, fresh] = key_cache.try_emplace(crop_key_hash(groups[i], windows[i], &bounds[4 * i]), c);
           if (fresh || it->second == c) continue;  // within one cache keys are unique
           throw InputError("--cache " + cache.path() + ": the crop " + groups[i] + "/" + windows[i] + " [" +
                            std::to_string(bounds[4 * i]) + ", " + std::to_string(bounds[4 * i + 1]) + ", " +
@@ -200,7 +205,7 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
                      split_counts_text(counts) + "); name one with --val-split, or carve one from "
                      "train with --val-fraction 0.1");
   }
-  // The default test split may be absent (no test metrics, said in the summary); a named one may not.
+  // The default test split may be absent (the run reports no test metrics); a named one may not.
   if (test().size() == 0 && names[2] != ProbeOptions().test_split) {
     throw InputError("--test-split: no rows in split '" + names[2] + "' (the caches' splits are: " +
                      split_counts_text(counts) + "); name one of them, or leave --test-split out");
