@@ -49,6 +49,8 @@ expect_error 3 "no window to read" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt
 expect_error 3 "is a directory but not an rslearn dataset" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset plain_dir --out c.h5
 # Outputs
 expect_error 4 "does not exist" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out missing/dir/c.h5
+expect_error 4 "summary-json missing/s.json: directory .*missing does not exist; create it first" \
+  "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --summary-json missing/s.json
 expect_error 3 "not an embcache cache" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out text.h5
 expect_error 2 "is the dataset itself" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out data.h5
 cp data.h5 other-data.h5

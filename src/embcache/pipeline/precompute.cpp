@@ -60,6 +60,13 @@ Resolved resolve(const PrecomputeOptions& o) {
   if (o.encoder.empty()) throw UsageError("--encoder is required");
   if (o.dataset.empty()) throw UsageError("--dataset is required");
   if (o.out.empty()) throw UsageError("--out is required");
+  if (!o.summary_json.empty()) {
+    // Written at the end: a missing directory must not cost the whole run's exit status.
+    const auto dir = std::filesystem::absolute(o.summary_json).parent_path();
+    if (!std::filesystem::is_directory(dir)) {
+      throw IoError("--summary-json " + o.summary_json + ": directory " + dir.string() + " does not exist; create it first");
+    }
+  }
   if (!o.crop_size.empty()) {
     const auto [w, h] = parse_size(o.crop_size, "--crop-size");
     r.grid.width = w;
