@@ -167,6 +167,9 @@ expect_error 3 "loss of linear levels=1 lr=1e+38 wd=0 is not finite in epoch 1" 
   --task classification --levels 1 --optimizer sgd --lr 1e38 --schedule constant
 expect_error 2 "fpn combines several levels" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head fpn --levels 1
 expect_error 2 "level 2 is a vector" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head conv --levels 2
+sha_before=$(sha256sum fm.h5)
+expect_error 2 "--out fm.h5: .*fm.h5 is a file; name a directory" "$EMBCACHE" train-probe --cache fm.h5 --out fm.h5 --task classification --levels 1
+[[ $(sha256sum fm.h5) == "$sha_before" ]] || fail "--out naming the cache changed the cache"
 expect_error 3 "fashion_mnist.h5x: no such file" "$EMBCACHE" train-probe --cache fashion_mnist.h5x --out bad --task classification --levels 1
 [[ ! -e bad ]] || fail "a failed run left a run directory"
 echo "e2e_probe: all checks passed"

@@ -193,6 +193,19 @@ std::string history_csv(const nlohmann::json& metrics) {
 }
 
 void check_probe_options(const ProbeOptions& options) {
+  // The run directory is created at the end (an interrupted run leaves none); a path that can
+  // never be one must not cost the whole training.
+  if (!options.out.empty()) {
+    std::error_code ec;
+    std::filesystem::path existing = std::filesystem::absolute(options.out, ec);
+    while (!existing.empty() && !std::filesystem::exists(existing, ec) && existing != existing.parent_path()) {
+      existing = existing.parent_path();
+    }
+    if (std::filesystem::exists(existing, ec) && !std::filesystem::is_directory(existing, ec)) {
+      throw UsageError("--out " + options.out + ": " + existing.string() + " is a file; name a directory for "
+                       "the run (metrics.json, history.csv, head.pt)");
+    }
+  }
   const ProbeTask task = parse_task(options.task);
   parse_optimizer(options.optimizer);
   parse_schedule(options.schedule);
