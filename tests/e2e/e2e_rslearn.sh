@@ -128,6 +128,11 @@ broken missing-band
 expect_error 3 "B04_B03_B02/geotiff.tif: needs band 3 but the GeoTIFF has 2" pre --dataset bad-missing-band --layers "$LAYERS"
 broken corrupt
 expect_error 3 "elevation/geotiff.tif: cannot" pre --dataset bad-corrupt --layers "$LAYERS"
+broken smaller-window
+expect_error 2 "--crop-size: bad-smaller-window has windows of different sizes (g1/w0 is 48x40, g1/w1 is 64x64); without --crop-size a crop is a whole window and a cache holds crops of one size: give --crop-size (the smallest window is 48x40)" \
+  pre --dataset bad-smaller-window --layers "$LAYERS"
+"$EMBCACHE" precompute --encoder enc4/multi_scripted.pt --dataset bad-smaller-window --layers "$LAYERS" --crop-size 32 \
+  --out sizes.h5 --quiet --no-fsync
 broken sqlite
 expect_error 3 "keeps its windows in SQLite (windows.sqlite3), which embcache does not read yet" pre --dataset bad-sqlite --layers "$LAYERS"
 expect_error 3 "layer sentinel2 has no band B99" pre --dataset ds --layers sentinel2:B99

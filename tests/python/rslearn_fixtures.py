@@ -251,6 +251,22 @@ def damage(args):
         tif = os.path.join(w0, "layers", "dem", "elevation", "geotiff.tif")
         data = open(tif, "rb").read()
         open(tif, "wb").write(data[: len(data) // 2])  # cut short: the pixel strips are gone
+    elif args.kind == "smaller-window":
+        # w0 becomes 48x40 (its rasters too); the other windows stay 64x64.
+        meta = json.load(open(os.path.join(w0, "metadata.json")))
+        x1, y1 = meta["bounds"][0], meta["bounds"][1]
+        meta["bounds"] = [x1, y1, x1 + 48, y1 + 40]
+        json.dump(meta, open(os.path.join(w0, "metadata.json"), "w"))
+        for dirpath, _, files in os.walk(os.path.join(w0, "layers")):
+            if "geotiff.tif" not in files:
+                continue
+            tif = os.path.join(dirpath, "geotiff.tif")
+            ds = gdal.Open(tif)
+            count, band = ds.RasterCount, ds.GetRasterBand(1)
+            gdal_type, nodata = band.DataType, band.GetNoDataValue()
+            dtype = band.ReadAsArray().dtype
+            ds = None
+            write_tif(tif, np.zeros((count, 40, 48), dtype), meta["bounds"], gdal_type, nodata=nodata)
     elif args.kind == "sqlite":
         shutil.rmtree(os.path.join(args.root, "windows"))
         open(os.path.join(args.root, "windows.sqlite3"), "wb").close()

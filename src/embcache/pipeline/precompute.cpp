@@ -319,6 +319,26 @@ std::string PrecomputeSummary::one_line() const {
 }
 
 // The dataset reader --format asks for (auto: rslearn when DATASET/windows exists).
+// Without --crop-size a crop is its whole window; a batch, and a level dataset, holds crops of
+// one size, so the windows must all have one size.
+void check_whole_windows(const WindowSource& source, const CropGridSpec& grid, const std::string& dataset) {
+  if (grid.width || source.windows().empty()) return;
+  const WindowInfo& first = source.windows().front();
+  const WindowInfo* smallest = &first;
+  const WindowInfo* other = nullptr;
+  for (const WindowInfo& w : source.windows()) {
+    const bool same = w.bounds.width() == first.bounds.width() && w.bounds.height() == first.bounds.height();
+    if (!same && !other) other = &w;
+    if (w.bounds.width() * w.bounds.height() < smallest->bounds.width() * smallest->bounds.height()) smallest = &w;
+  }
+  if (!other) return;
+  auto size = [](const WindowInfo& w) { return std::to_string(w.bounds.width()) + "x" + std::to_string(w.bounds.height()); };
+  throw UsageError("--crop-size: " + dataset + " has windows of different sizes (" + first.group + "/" + first.name +
+                   " is " + size(first) + ", " + other->group + "/" + other->name + " is " + size(*other) +
+                   "); without --crop-size a crop is a whole window and a cache holds crops of one size: give "
+                   "--crop-size (the smallest window is " + size(*smallest) + ")");
+}
+
 std::unique_ptr<WindowSource> open_source(const PrecomputeOptions& o) {
   if (o.format != "auto" && o.format != "array" && o.format != "rslearn") {
     throw UsageError("--format: expected auto, array or rslearn, got \"" + o.format + "\"");
@@ -354,6 +374,7 @@ void check_precompute_options(const PrecomputeOptions& options) { resolve(option
 PrecomputeEstimate estimate_precompute(const PrecomputeOptions& options) {
   const Resolved opt = resolve(options);
   std::unique_ptr<WindowSource> source = open_source(options);
+  check_whole_windows(*source, opt.grid, options.dataset);
   PrecomputeEstimate estimate;
   const auto& windows = source->windows();
   estimate.windows = std::int64_t(windows.size());
@@ -384,6 +405,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     throw UsageError("--out " + options.out + " is the dataset itself; choose another path for the cache");
   }
   std::unique_ptr<WindowSource> source = open_source(options);
+  check_whole_windows(*source, opt.grid, options.dataset);
   const std::int64_t channels = source->channels();
   for (std::int64_t band : opt.cropper.bands) {
     if (band < 0 || band >= channels) {
