@@ -121,6 +121,17 @@ sed -i 's/"lr": \[1e-3, 1e-2, 3e-2\]/"lr": [1e-3, 1e-2, 3e-2, 1e-1]/' study.json
 "$EMBCACHE" run study.json >run3.txt
 grep -q "(8 finished, 2 to run in 1 train-probe pass)" run3.txt || fail "edited rerun: $(head -1 run3.txt)"
 
+# A level the cache lacks, in the last probe entry: found before any pass trains (and by --dry-run).
+cat >typo.json <<'JSON'
+{ "version": 1, "output_dir": "out-typo",
+  "defaults": { "probe": { "task": "classification", "cache": "out/caches/enc.h5", "epochs": 1 } },
+  "probes": [ { "name": "fine", "levels": [1] }, { "name": "typo", "levels": [7] } ] }
+JSON
+"$EMBCACHE" run typo.json --dry-run >typo-plan.txt
+grep -q "will fail: --levels: level '7' is not in" typo-plan.txt || fail "dry run of a level typo: $(cat typo-plan.txt)"
+expect_error 2 "typo.json: probe entry \"typo\": --levels: level '7' is not in .*; no probe pass was run" "$EMBCACHE" run typo.json
+[[ ! -e out-typo/passes && ! -e out-typo/runs ]] || fail "a pass ran before the level typo was found"
+
 # kill -9 in the middle of a study, rerun: finished runs are kept, the rest run, no duplicates.
 sed 's/"output_dir": "out"/"output_dir": "out-kill"/; s/"epochs": 4/"epochs": 40/' study.json >kill.json
 # While it works, a second run of the same study is refused (it would train every run again);

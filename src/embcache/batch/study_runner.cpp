@@ -212,11 +212,21 @@ void run_study(const RunStudyOptions& options) {
     }
     for (std::size_t i = 0; i < passes.size(); ++i) {
       const auto& o = passes[i].options;
-      std::printf("pass %zu: %s, %zu run%s in one pass: task %s, head %s, levels %s, lr %s, weight decay %s, %lld epochs, cache %s\n",
+      std::printf("pass %zu: %s, %zu run%s in one pass: task %s, head %s, levels %s, lr %s, weight decay %s, %lld epoch%s, cache %s\n",
                   i + 1, study.runs[passes[i].runs.front()].group.c_str(), passes[i].runs.size(),
                   passes[i].runs.size() == 1 ? "" : "s", o.task.c_str(), o.head.c_str(), o.levels.c_str(), o.lr.c_str(),
-                  o.weight_decay.c_str(), static_cast<long long>(o.epochs), o.caches.front().c_str());
+                  o.weight_decay.c_str(), static_cast<long long>(o.epochs), o.epochs == 1 ? "" : "s", o.caches.front().c_str());
       for (auto r : passes[i].runs) std::printf("  %s  %s\n", study.runs[r].id.c_str(), study.runs[r].name.c_str());
+      // Where its caches exist already, the pass can be checked as the run will check it.
+      const bool caches_exist =
+          std::all_of(o.caches.begin(), o.caches.end(), [](const std::string& c) { return fs::exists(c); });
+      if (caches_exist) {
+        try {
+          preflight_probe(o);
+        } catch (const Error& e) {
+          std::printf("  will fail: %s\n", e.what());
+        }
+      }
     }
     std::fflush(stdout);
     return;
@@ -233,6 +243,17 @@ void run_study(const RunStudyOptions& options) {
     std::fflush(stdout);
     if (summary.interrupted) {
       throw Interrupted("interrupted during precompute " + p.name + "; rerun the same command to continue");
+    }
+  }
+
+  // The caches exist now: a level or a label a pass needs and its cache lacks stops the study
+  // before any pass trains, not after the passes before it have.
+  for (const Pass& pass : passes) {
+    try {
+      preflight_probe(pass.options);
+    } catch (const Error& e) {
+      throw Error(e.code(), study.path + ": probe entry \"" + study.runs[pass.runs.front()].group + "\": " + e.what() +
+                                "; no probe pass was run");
     }
   }
 

@@ -72,24 +72,14 @@ std::int64_t SplitRows::size() const {
   return n;
 }
 
-ProbeData::~ProbeData() = default;
-
-ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) {
-  if (options.caches.empty()) throw UsageError("--cache: at least one cache is needed");
-  for (const auto& path : options.caches) {
-    caches_.push_back(std::make_unique<CacheFileReader>(path));
-    if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
-      warnings_.push_back(std::move(shortfall) + " (training on the " + std::to_string(caches_.back()->rows()) +
-                          " rows it has)");
-    }
-  }
-  const auto& first = *caches_.front();
-  for (std::size_t i = 1; i < caches_.size(); ++i) {
-    const auto differences = signature_differences(first.signature(), caches_[i]->signature());
+void check_caches_for_task(const std::vector<std::unique_ptr<CacheFileReader>>& caches, ProbeTask task) {
+  const CacheFileReader& first = *caches.front();
+  for (std::size_t i = 1; i < caches.size(); ++i) {
+    const auto differences = signature_differences(first.signature(), caches[i]->signature());
     if (!differences.empty()) {
       std::string fields;
       for (const auto& d : differences) fields += (fields.empty() ? "" : ", ") + d;
-      throw InputError("--cache " + caches_[i]->path() + ": its signature differs from " + first.path() +
+      throw InputError("--cache " + caches[i]->path() + ": its signature differs from " + first.path() +
                        " in " + fields + "; caches trained on together must come from the same "
                        "encoder, preprocessing and crops");
     }
@@ -117,6 +107,22 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
     throw InputError(first.path() + ": the cache has no per-pixel targets (/labels/pixel_value or /labels/mask); " + what +
                      "them: precompute with a raster label layer");
   }
+}
+
+ProbeData::~ProbeData() = default;
+
+ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) {
+  if (options.caches.empty()) throw UsageError("--cache: at least one cache is needed");
+  for (const auto& path : options.caches) {
+    caches_.push_back(std::make_unique<CacheFileReader>(path));
+    if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
+      warnings_.push_back(std::move(shortfall) + " (training on the " + std::to_string(caches_.back()->rows()) +
+                          " rows it has)");
+    }
+  }
+  check_caches_for_task(caches_, task);
+  const CacheFileReader& first = *caches_.front();
+  const LabelKinds& labels = first.label_kinds();
   pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
 
   // Splits. Each has one role: a row may train, pick, or be reported on, never two of these.
@@ -321,17 +327,20 @@ void ProbeData::check_mask_classes(const ProbeOptions& options) {
   }
 }
 
-const LevelSpec& ProbeData::level(const std::string& name_or_index) const {
-  for (const auto& l : levels()) {
+const LevelSpec& find_level(const CacheFileReader& cache, const std::string& name_or_index) {
+  for (const auto& l : cache.levels()) {
     if (l.name == name_or_index) return l;
   }
-  for (const auto& l : levels()) {
+  for (const auto& l : cache.levels()) {
     if (std::to_string(l.index) == name_or_index) return l;
   }
   std::string names;
-  for (const auto& l : levels()) names += (names.empty() ? "" : ", ") + l.name + " " + l.shape_text();
-  throw UsageError("--levels: level '" + name_or_index + "' is not in " + caches_.front()->path() +
-                   "; its levels are: " + names);
+  for (const auto& l : cache.levels()) names += (names.empty() ? "" : ", ") + l.name + " " + l.shape_text();
+  throw UsageError("--levels: level '" + name_or_index + "' is not in " + cache.path() + "; its levels are: " + names);
+}
+
+const LevelSpec& ProbeData::level(const std::string& name_or_index) const {
+  return find_level(*caches_.front(), name_or_index);
 }
 
 std::string ProbeData::describe_split_sizes() const {

@@ -19,6 +19,13 @@ ProbeTask parse_task(const std::string& text);
 const char* task_name(ProbeTask task);
 bool is_dense(ProbeTask task);  // segmentation and pixel-regression predict a value per pixel
 
+// What ProbeData checks of its caches before reading a row: their signatures agree, and the
+// first carries the labels `task` needs. InputError otherwise.
+void check_caches_for_task(const std::vector<std::unique_ptr<CacheFileReader>>& caches, ProbeTask task);
+// Resolves a level of `cache` by name, or by encoder output index (a name wins); UsageError
+// listing the levels otherwise.
+const LevelSpec& find_level(const CacheFileReader& cache, const std::string& name_or_index);
+
 // The rows of one split, ordered by (cache, row).
 struct SplitRows {
   std::string name;
@@ -35,7 +42,7 @@ class ProbeData {
 
   ProbeTask task() const { return task_; }
   const std::vector<std::unique_ptr<CacheFileReader>>& caches() const { return caches_; }
-  // Resolves a level by name, or by encoder output index; UsageError listing the levels otherwise.
+  // find_level on the first cache.
   const LevelSpec& level(const std::string& name_or_index) const;
   const std::vector<LevelSpec>& levels() const { return caches_.front()->levels(); }
 

@@ -192,6 +192,17 @@ std::string history_csv(const nlohmann::json& metrics) {
   return csv.str();
 }
 
+void preflight_probe(const ProbeOptions& options) {
+  check_probe_options(options);
+  std::vector<std::unique_ptr<CacheFileReader>> caches;
+  for (const auto& path : options.caches) caches.push_back(std::make_unique<CacheFileReader>(path));
+  if (caches.empty()) throw UsageError("--cache: at least one cache is needed");
+  check_caches_for_task(caches, parse_task(options.task));
+  for (const auto& set : parse_level_sets(options.levels)) {
+    for (const auto& name : set) find_level(*caches.front(), name);
+  }
+}
+
 void check_probe_options(const ProbeOptions& options) {
   // The run directory is created at the end (an interrupted run leaves none); a path that can
   // never be one must not cost the whole training.

@@ -39,6 +39,9 @@ struct ProbeHooks {
 // Checks what can be checked without opening the caches (names, ranges, head/task/levels
 // combinations); UsageError with one line. train_probe runs it first.
 void check_probe_options(const ProbeOptions& options);
+// check_probe_options, then what train_probe checks of the caches before it reads a row: they
+// exist and agree, carry the task's labels, and hold every level of --levels.
+void preflight_probe(const ProbeOptions& options);
 
 // RUN_DIR/history.csv from a metrics.json object: one row per epoch and combination.
 std::string history_csv(const nlohmann::json& metrics);
