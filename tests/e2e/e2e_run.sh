@@ -125,10 +125,13 @@ grep -q "(8 finished, 2 to run in 1 train-probe pass)" run3.txt || fail "edited 
 cat >typo.json <<'JSON'
 { "version": 1, "output_dir": "out-typo",
   "defaults": { "probe": { "task": "classification", "cache": "out/caches/enc.h5", "epochs": 1 } },
-  "probes": [ { "name": "fine", "levels": [1] }, { "name": "typo", "levels": [7] } ] }
+  "probes": [ { "name": "fine", "levels": [1] }, { "name": "typo", "levels": [7] },
+              { "name": "vector", "head": "conv", "levels": [2] } ] }
 JSON
 "$EMBCACHE" run typo.json --dry-run >typo-plan.txt
 grep -q "will fail: --levels: level '7' is not in" typo-plan.txt || fail "dry run of a level typo: $(cat typo-plan.txt)"
+grep -q "will fail: --head conv needs feature maps, but level 2 is a vector" typo-plan.txt || fail "dry run, conv on a vector: $(cat typo-plan.txt)"
+[[ $(grep -c "will fail" typo-plan.txt) -eq 2 ]] || fail "dry run: only two passes fail: $(cat typo-plan.txt)"
 expect_error 2 "typo.json: probe entry \"typo\": --levels: level '7' is not in .*; no probe pass was run" "$EMBCACHE" run typo.json
 [[ ! -e out-typo/passes && ! -e out-typo/runs ]] || fail "a pass ran before the level typo was found"
 

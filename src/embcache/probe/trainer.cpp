@@ -197,9 +197,27 @@ void preflight_probe(const ProbeOptions& options) {
   std::vector<std::unique_ptr<CacheFileReader>> caches;
   for (const auto& path : options.caches) caches.push_back(std::make_unique<CacheFileReader>(path));
   if (caches.empty()) throw UsageError("--cache: at least one cache is needed");
-  check_caches_for_task(caches, parse_task(options.task));
-  for (const auto& set : parse_level_sets(options.levels)) {
-    for (const auto& name : set) find_level(*caches.front(), name);
+  const ProbeTask task = parse_task(options.task);
+  check_caches_for_task(caches, task);
+  // Each head of the grid on each level set, as build_grid will configure it: shapes come from
+  // the cache, so a conv head on a vector level fails here rather than mid-study.
+  const CacheFileReader& first = *caches.front();
+  const bool pixel_values = task == ProbeTask::kPixelRegression && first.label_kinds().has_pixel_value;
+  for (const auto& head : split_list(options.head, "--head")) {
+    for (const auto& set : parse_level_sets(options.levels)) {
+      HeadConfig config;
+      config.type = parse_head(head);
+      config.task = task;
+      for (const auto& name : set) {
+        const LevelSpec& level = find_level(first, name);
+        config.levels.push_back(level.name);
+        config.level_shapes.push_back(level.row_shape);
+      }
+      if (is_dense(task)) config.out_size = pixel_values ? first.pixel_value_shape() : first.mask_shape();
+      if (!options.hidden.empty()) config.hidden = parse_int_list(options.hidden, "--hidden");
+      config.dropout = options.dropout;
+      config.validate();
+    }
   }
 }
 
