@@ -11,6 +11,10 @@ with h5py.File("noimages.h5", "w") as f:
     f["pixels"] = np.zeros((2, 3, 8, 8), np.uint8)
 with h5py.File("rank3.h5", "w") as f:
     f["images"] = np.zeros((2, 8, 8), np.uint8)
+with h5py.File("nanpixel.h5", "w") as f:
+    x = np.ones((3, 3, 8, 8), np.float32)
+    x[1, 2, 3, 4] = np.nan  # nodata written as NaN
+    f["images"] = x
 with h5py.File("badlabels.h5", "w") as f:
     f["images"] = np.zeros((3, 3, 8, 8), np.uint8)
     f["labels"] = np.zeros(2, np.int64)
@@ -36,6 +40,8 @@ expect_error 3 "3 dimensions" "${RUN[@]}" --encoder "$ENC/bad_rank.pt" --dataset
 # The cause from TorchScript's interpreter, not its "The following operation failed" opening line.
 expect_error 3 "forward failed on a batch of shape \[4, 2, 32, 32\]: RuntimeError: .*expected input\[4, 2, 32, 32\] to have 3 channels" \
   "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --bands 0,1
+expect_error 3 "crop default/w1\[0,0,8,8\] has NaN/Inf input pixels (after preprocessing), so level 0 has NaN/Inf features; fill them" \
+  "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset nanpixel.h5 --out nf.h5
 expect_error 3 "level 0 of crop default/w" "${RUN[@]}" --encoder "$ENC/nonfinite.pt" --dataset data.h5 --out nf.h5
 # Datasets
 expect_error 3 "missing dataset /images" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset noimages.h5 --out c.h5

@@ -114,6 +114,7 @@ struct CropItem {
   std::string split;
   std::uint64_t hash = 0;
   at::Tensor input;  // float32 [C, h, w], normalised
+  bool input_nonfinite = false;  // NaN/Inf pixels (nodata as NaN, or a scale that overflows)
   std::int64_t label_class = 0;
   at::Tensor label_value;
   at::Tensor mask;
@@ -591,6 +592,8 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         }
         item.split = info.split;
         item.input = opt.preprocess.apply(crop.pixels);
+        // Noted for the error message: NaN features from NaN pixels need the dataset fixed.
+        if (!options.allow_nonfinite) item.input_nonfinite = !at::isfinite(item.input).all().item<bool>();
         item.label_class = raw->data.label_class;
         item.label_value = raw->data.label_value;
         item.mask = crop.mask;
@@ -755,8 +758,13 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         computed_bytes += std::int64_t(rows.levels.back().nbytes());
       }
       if (const auto bad = scan_rows(rows, opt.storage, !options.allow_nonfinite)) {
-        throw InputError("level " + specs[bad->level].name + " of crop " +
-                         encoded->items[std::size_t(bad->row)].key.describe() +
+        const CropItem& item = encoded->items[std::size_t(bad->row)];
+        if (item.input_nonfinite) {
+          throw InputError("crop " + item.key.describe() + " has NaN/Inf input pixels (after preprocessing), so level " +
+                           specs[bad->level].name + " has NaN/Inf features; fill them in the dataset (for rslearn "
+                           "rasters, declare the nodata value), or pass --allow-nonfinite to store them");
+        }
+        throw InputError("level " + specs[bad->level].name + " of crop " + item.key.describe() +
                          " has NaN/Inf features (or values too large for " + to_string(opt.storage.dtype) +
                          "); fix the encoder or input, or pass --allow-nonfinite to store them");
       }
