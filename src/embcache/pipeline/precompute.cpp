@@ -302,9 +302,11 @@ nlohmann::json PrecomputeSummary::to_json() const {
 
 std::string PrecomputeSummary::one_line() const {
   char counts[256];
-  std::snprintf(counts, sizeof counts, "precompute%s: %lld crops (%lld computed, %lld cached, %lld stale) from %lld windows in %.2fs",
-                interrupted ? " INTERRUPTED" : "", (long long)crops_total, (long long)crops_computed,
-                (long long)crops_skipped, (long long)crops_stale, (long long)windows, seconds);
+  std::snprintf(counts, sizeof counts,
+                "precompute%s: %lld crop%s (%lld computed, %lld cached, %lld stale) from %lld window%s in %.2fs",
+                interrupted ? " INTERRUPTED" : "", (long long)crops_total, crops_total == 1 ? "" : "s",
+                (long long)crops_computed, (long long)crops_skipped, (long long)crops_stale, (long long)windows,
+                windows == 1 ? "" : "s", seconds);
   std::string line = counts;
   if (crops_computed > 0) {
     char rate[64];
@@ -315,7 +317,9 @@ std::string PrecomputeSummary::one_line() const {
   line += crops_computed > 0 ? "batch " + std::to_string(batch_size) : std::string("nothing to encode");
   line += " on " + device;
   if (device == "cpu") line += ", " + std::to_string(threads) + (threads == 1 ? " thread" : " threads");
-  for (const auto& [why, n] : windows_skipped) line += "; " + std::to_string(n) + " windows skipped (" + why + ")";
+  for (const auto& [why, n] : windows_skipped) {
+    line += "; " + std::to_string(n) + (n == 1 ? " window" : " windows") + " skipped (" + why + ")";
+  }
   return line;
 }
 
