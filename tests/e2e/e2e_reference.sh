@@ -35,6 +35,8 @@ check i16 i16.h5 single_scripted.pt --scale 0.001 -- --scale 0.001
 check i32 i32.h5 single_scripted.pt --scale 0.00001 --crop-size 8 --overlap 2 -- --scale 0.00001 --crop-size 8 --overlap 2
 check f32 f32.h5 multi_scripted.pt -- 
 check padded small.h5 multi_scripted.pt --crop-size 16 --pad-value 3 -- --crop-size 16 --pad-value 3
+# A pad value uint8 cannot hold (nodata as -1) pads in float, as the reference does.
+check padded-neg small.h5 multi_scripted.pt --crop-size 16 --pad-value -1 -- --crop-size 16 --pad-value -1
 
 # float16 storage: equal to the float32 reference within half precision.
 check half u8.h5 multi_scripted.pt --crop-size 16 --dtype float16 --compression gzip:4 -- --crop-size 16 --tolerance 2e-3

@@ -33,6 +33,22 @@ TEST_CASE("crop past the edge is padded with the pad value, masks with the ignor
   REQUIRE(at::equal(crop.mask, expected_mask));
 }
 
+TEST_CASE("a pad value the pixels' dtype cannot hold pads in float32, keeping the pixels' values") {
+  const at::Tensor pixels = at::full({1, 2, 2}, 200, at::kByte);
+  CropperOptions options;
+  for (double pad : {-1.0, 0.5, 256.0}) {
+    CAPTURE(pad);
+    options.pad_value = pad;
+    const CropPixels crop = cut_crop(pixels, at::Tensor(), {0, 0, 2, 2}, {0, 0, 3, 2}, options);
+    REQUIRE((crop.pixels.scalar_type() == at::kFloat));
+    at::Tensor expected = at::full({1, 2, 3}, pad, at::kFloat);
+    expected.slice(2, 0, 2).fill_(200);
+    REQUIRE(at::equal(crop.pixels, expected));
+  }
+  options.pad_value = 255;  // fits: the crop keeps the dataset's dtype
+  REQUIRE((cut_crop(pixels, at::Tensor(), {0, 0, 2, 2}, {0, 0, 3, 2}, options).pixels.scalar_type() == at::kByte));
+}
+
 TEST_CASE("preprocess: (raw * scale - mean) / std per channel, in float32") {
   const at::Tensor raw = at::arange(2 * 2 * 2, at::kShort).view({2, 2, 2});
   Preprocess p;

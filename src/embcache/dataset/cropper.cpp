@@ -8,6 +8,20 @@
 namespace embcache {
 namespace {
 
+// Whether `type` holds `value` exactly (every value fits a floating type).
+bool holds(at::ScalarType type, double value) {
+  if (at::isFloatingType(type)) return true;
+  if (std::floor(value) != value) return false;
+  switch (type) {
+    case at::kByte: return value >= 0 && value <= 255;
+    case at::kChar: return value >= -128 && value <= 127;
+    case at::kShort: return value >= -32768 && value <= 32767;
+    case at::kInt: return value >= -2147483648.0 && value <= 2147483647.0;
+    case at::kLong: return std::abs(value) <= 9007199254740992.0;
+    default: return false;
+  }
+}
+
 // Copies the part of `source` ([..., H, W] in window coordinates) that overlaps `crop` into a
 // tensor of the crop's size filled with `fill`.
 at::Tensor padded_slice(const at::Tensor& source, const Bounds& window, const Bounds& crop,
@@ -23,7 +37,10 @@ at::Tensor padded_slice(const at::Tensor& source, const Bounds& window, const Bo
   if (x1 == crop.x1 && x2 == crop.x2 && y1 == crop.y1 && y2 == crop.y2) {
     return inside.contiguous();
   }
-  at::Tensor out = at::full(shape, fill, source.options());
+  // A fill the raw dtype cannot hold (--pad-value -1 on uint8 pixels) pads in float32, the type
+  // preprocessing converts every crop to anyway; the copied pixels keep their values.
+  const bool fits = holds(source.scalar_type(), fill.toDouble());
+  at::Tensor out = at::full(shape, fill, fits ? source.options() : source.options().dtype(at::kFloat));
   if (x2 > x1 && y2 > y1) {
     out.slice(rank - 1, x1 - crop.x1, x2 - crop.x1)
         .slice(rank - 2, y1 - crop.y1, y2 - crop.y1)
