@@ -115,6 +115,31 @@ fx encoders enc6 --channels 6 >/dev/null
   --overlap 8 --scale 0.00392 --batch-size 4 --out l7.h5 --quiet --no-fsync
 fx compare l7.h5 l7_expected.h5 enc6/multi_scripted.pt --crop-size 64 --overlap 8 --scale 0.00392 --batch-size 4 --origins l7_origins.json
 
+# Nodata in a uint8 layer, with a --pad-value uint8 cannot hold: read in float, nodata -> -1,
+# equal to the reference built from the same GeoTIFFs.
+fx encoders enc1 --channels 1 >/dev/null
+"$EMBCACHE" precompute --encoder enc1/multi_scripted.pt --dataset ds --layers landcover:class --pad-value -1 \
+  --crop-size 48 --batch-size 4 --out lc.h5 --quiet --no-fsync
+"$PYTHON" - <<'PY'
+import h5py, json, numpy as np
+from osgeo import gdal
+with h5py.File("lc.h5") as c:
+    keys = sorted(set(zip(c["index/group"].asstr()[:], c["index/window"].asstr()[:])))
+images = []
+for g, w in keys:
+    ds = gdal.Open(f"ds/windows/{g}/{w}/layers/landcover/class/geotiff.tif")
+    band = ds.GetRasterBand(1)
+    x = band.ReadAsArray().astype(np.float32)
+    x[x == band.GetNoDataValue()] = -1.0
+    images.append(x[None])
+text = h5py.string_dtype("utf-8")
+with h5py.File("lc-expected.h5", "w") as f:
+    f["images"] = np.stack(images)
+    f.create_dataset("groups", data=[g for g, _ in keys], dtype=text)
+    f.create_dataset("names", data=[w for _, w in keys], dtype=text)
+PY
+fx compare lc.h5 lc-expected.h5 enc1/multi_scripted.pt --crop-size 48 --pad-value -1 --batch-size 4 --origins origins.json
+
 # Malformed datasets and options: one line each.
 broken() { rm -rf "bad-$1"; cp -r ds "bad-$1"; rs break "bad-$1" "$1"; }
 pre() { "$EMBCACHE" precompute --encoder enc4/multi_scripted.pt --out bad.h5 --quiet --no-fsync "$@"; }

@@ -6,10 +6,8 @@
 #include <cmath>
 
 namespace embcache {
-namespace {
 
-// Whether `type` holds `value` exactly (every value fits a floating type).
-bool holds(at::ScalarType type, double value) {
+bool dtype_holds(at::ScalarType type, double value) {
   if (at::isFloatingType(type)) return true;
   if (std::floor(value) != value) return false;
   switch (type) {
@@ -21,6 +19,8 @@ bool holds(at::ScalarType type, double value) {
     default: return false;
   }
 }
+
+namespace {
 
 // Copies the part of `source` ([..., H, W] in window coordinates) that overlaps `crop` into a
 // tensor of the crop's size filled with `fill`.
@@ -39,7 +39,7 @@ at::Tensor padded_slice(const at::Tensor& source, const Bounds& window, const Bo
   }
   // A fill the raw dtype cannot hold (--pad-value -1 on uint8 pixels) pads in float32, the type
   // preprocessing converts every crop to anyway; the copied pixels keep their values.
-  const bool fits = holds(source.scalar_type(), fill.toDouble());
+  const bool fits = dtype_holds(source.scalar_type(), fill.toDouble());
   at::Tensor out = at::full(shape, fill, fits ? source.options() : source.options().dtype(at::kFloat));
   if (x2 > x1 && y2 > y1) {
     out.slice(rank - 1, x1 - crop.x1, x2 - crop.x1)

@@ -22,6 +22,10 @@ struct CropperOptions {
   std::int64_t mask_pad_value = -1;  // the dataset's ignore index
 };
 
+// Whether `type` holds `value` exactly (a floating type holds every value). A pad value the
+// pixels' type cannot hold is applied in float32, by cut_crop and by the rslearn reader.
+bool dtype_holds(at::ScalarType type, double value);
+
 // `window_bounds` are the coordinates of pixels[:, 0, 0]; `crop` may extend past the right and
 // bottom edges (windows smaller than the crop), where pixels take pad_value and masks the ignore
 // index, as rslearn pads.

@@ -20,6 +20,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/sha256.hpp"
+#include "embcache/dataset/cropper.hpp"
 
 namespace embcache {
 namespace {
@@ -398,6 +399,7 @@ class RslearnDataset : public WindowSource {
       types.insert(int(GDALGetRasterDataType(GDALGetRasterBand(ds.handle, 1))));
     }
     pixel_type_ = types.size() == 1 ? torch_type_for(GDALDataType(*types.begin())) : at::kFloat;
+    if (!dtype_holds(pixel_type_, options_.pad_value)) pixel_type_ = at::kFloat;  // nodata -> --pad-value
 
     if (!options_.label_layer.empty()) {
       const std::string vector_path = entries_.front().path + "/layers/" + options_.label_layer + "/data.geojson";
