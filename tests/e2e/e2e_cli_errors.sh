@@ -15,6 +15,8 @@ with h5py.File("nanpixel.h5", "w") as f:
     x = np.ones((3, 3, 8, 8), np.float32)
     x[1, 2, 3, 4] = np.nan  # nodata written as NaN
     f["images"] = x
+with h5py.File("norows.h5", "w") as f:
+    f["images"] = np.zeros((0, 3, 8, 8), np.uint8)
 with h5py.File("badlabels.h5", "w") as f:
     f["images"] = np.zeros((3, 3, 8, 8), np.uint8)
     f["labels"] = np.zeros(2, np.int64)
@@ -45,6 +47,7 @@ expect_error 3 "crop default/w1\[0,0,8,8\] has NaN/Inf input pixels (after prepr
 expect_error 3 "level 0 of crop default/w" "${RUN[@]}" --encoder "$ENC/nonfinite.pt" --dataset data.h5 --out nf.h5
 # Datasets
 expect_error 3 "missing dataset /images" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset noimages.h5 --out c.h5
+expect_error 3 "norows.h5: no window to read (/images has 0 rows)" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset norows.h5 --out c.h5
 expect_error 3 "rank 3" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset rank3.h5 --out c.h5
 expect_error 3 "both \"win0\"" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset dup.h5 --out c.h5
 expect_error 3 "/labels has shape \[2\]" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset badlabels.h5 --out c.h5

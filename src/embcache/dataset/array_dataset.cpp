@@ -115,6 +115,7 @@ class ArrayDataset final : public WindowSource {
       throw InputError(path_ + ": /images has rank " + std::to_string(dims_.size()) +
                        "; expected [N, C, H, W] (rank 4)");
     }
+    if (dims_[0] == 0) throw InputError(path_ + ": no window to read (/images has 0 rows)");
     h5::Handle type = h5::dataset_type(images_.get(), path_);
     pixel_type_name_ = h5::describe_type(type.get());
     const auto pixel = pixel_type_for(type.get());
