@@ -60,6 +60,7 @@ int main(int argc, char** argv) {
   app.add_option("--plain-write-mb", plain_mb);
   app.add_option("--stage-priority", options.stage_priority);
   app.add_option("--threads", options.threads);
+  app.add_flag("--drop-behind", options.drop_behind);
   CLI11_PARSE(app, argc, argv);
   options.overwrite = true;
   options.quiet = true;

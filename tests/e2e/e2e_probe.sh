@@ -11,6 +11,11 @@ probe() { "$PYTHON" "$PROBE_PY" "$@"; }
 "$EMBCACHE" precompute --encoder demo_encoder.pt --dataset fashion_mnist.h5 --out fm.h5 --quiet --no-fsync \
   --scale 0.00392157 --mean 0.286 --std 0.353 --dtype float16
 
+# --drop-behind (more than one 32 MiB writeback range here) changes where pages live, not the cache.
+"$EMBCACHE" precompute --encoder demo_encoder.pt --dataset fashion_mnist.h5 --out fm-drop.h5 --quiet --drop-behind \
+  --scale 0.00392157 --mean 0.286 --std 0.353 --dtype float16
+fx same fm.h5 fm-drop.h5
+
 # Linear probe vs L-BFGS logistic regression on the same pooled, standardised features.
 "$EMBCACHE" train-probe --cache fm.h5 --out lin --task classification --head linear --levels 1 \
   --lr 3e-3,1e-2,3e-2 --epochs 60 --quiet --bootstrap 200

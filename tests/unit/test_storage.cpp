@@ -1,6 +1,7 @@
 #include "doctest_torch.hpp"
 
 #include <fcntl.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -234,6 +235,42 @@ TEST_CASE("writeback ranges are submitted by the helper thread, and a writer tha
   }
   CacheFileReader reader(path);
   REQUIRE(at::equal(reader.read_rows(0, 14).levels[0], at::cat({f1, f2})));
+}
+
+TEST_CASE("drop-behind: a range asked to drop leaves the page cache once written; the others stay") {
+  // In the build tree, not the temporary directory: on tmpfs the cached pages are the file.
+  const std::string path = (std::filesystem::current_path() / ("drop-behind-" + std::to_string(::getpid()) + ".bin")).string();
+  const std::size_t half = std::size_t(4) << 20;
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_TRUNC | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  const std::vector<char> data(2 * half, 'x');
+  REQUIRE(::write(fd, data.data(), data.size()) == ssize_t(data.size()));
+  // Fraction of [offset, offset + length) in the page cache.
+  auto resident = [&](std::size_t offset, std::size_t length) {
+    void* map = ::mmap(nullptr, length, PROT_READ, MAP_SHARED, fd, off_t(offset));
+    REQUIRE(map != MAP_FAILED);
+    const std::size_t page = std::size_t(::sysconf(_SC_PAGESIZE));
+    std::vector<unsigned char> in((length + page - 1) / page);
+    REQUIRE(::mincore(map, length, in.data()) == 0);
+    ::munmap(map, length);
+    std::size_t n = 0;
+    for (unsigned char v : in) n += v & 1;
+    return double(n) / double(in.size());
+  };
+  REQUIRE(resident(0, 2 * half) > 0.9);  // just written
+  {
+    BackgroundWriteback writeback;
+    writeback.request(fd, 0, off_t(half), /*drop=*/false);
+    writeback.request(fd, off_t(half), off_t(half), /*drop=*/true);
+    writeback.drain();
+  }
+  CHECK(resident(0, half) > 0.9);
+  CHECK(resident(half, half) < 0.1);
+  std::vector<char> back(2 * half);
+  REQUIRE(::pread(fd, back.data(), back.size(), 0) == ssize_t(back.size()));
+  CHECK(back == data);  // dropped pages read back from the disk
+  ::close(fd);
+  std::filesystem::remove(path);
 }
 
 TEST_CASE("compression options parse, and unknown ones are usage errors") {

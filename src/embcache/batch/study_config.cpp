@@ -393,7 +393,8 @@ class StudyParser {
     }
     Json identity = Json::object();
     for (const auto& field : pre_fields) {
-      if (!field.in_json || field.name == "summary-json") continue;
+      // Options that do not change what is stored; drop-behind came after studies had run ids.
+      if (!field.in_json || field.name == "summary-json" || field.name == "drop-behind") continue;
       std::visit([&](auto m) { identity[field.json_key()] = entry.options.*m; }, field.member);
     }
     entry_identity[entry.name] = identity.dump();

@@ -97,6 +97,7 @@ Resolved resolve(const PrecomputeOptions& o) {
   r.policy.segment_seconds = o.commit_seconds;
   r.policy.segment_bytes = o.segment_mb << 20;
   r.policy.fsync = o.fsync;
+  r.policy.drop_behind = o.drop_behind;
   if (o.stage_priority != "idle" && o.stage_priority != "normal" && o.stage_priority != "auto") {
     throw UsageError("--stage-priority: expected auto, idle or normal, got \"" + o.stage_priority + "\"");
   }

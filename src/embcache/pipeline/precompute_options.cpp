@@ -57,6 +57,11 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("commit-seconds", "Commit finished crops at least this often", &O::commit_seconds);
     t.add("segment-mb", "... or whenever this many MiB of features are pending", &O::segment_mb);
     t.add("no-fsync", "Skip fsync on commit (survives SIGKILL, not power loss)", &O::fsync).negated = true;
+    t.add("drop-behind",
+          "Evict written features from the page cache once they are on disk: for caches larger than "
+          "memory, or VMs where fresh page-cache pages are slow; writes then go at disk speed and the "
+          "next train-probe reads from disk",
+          &O::drop_behind);
     t.add("stage-priority",
         "Scheduling of reading/converting/writing: auto (idle while the encoder keeps the cores busy, "
         "normal for light encoders), idle (leave the cores to the encoder) or normal (machines shared "

@@ -35,6 +35,7 @@ struct PrecomputeOptions {
   double commit_seconds = 30.0;
   std::int64_t segment_mb = 1024;
   bool fsync = true;
+  bool drop_behind = false;  // evict written features from the page cache once on disk
   std::string stage_priority = "auto";  // auto | idle | normal: scheduling of the non-encoder stages
   // Dataset format and the rslearn reader's options (docs/dataset-formats.md).
   std::string format = "auto";  // auto | array | rslearn

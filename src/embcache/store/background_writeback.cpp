@@ -17,18 +17,27 @@ BackgroundWriteback::~BackgroundWriteback() {
   thread_.join();
 }
 
-void BackgroundWriteback::request(int fd, std::int64_t offset, std::int64_t length) {
+void BackgroundWriteback::request(int fd, std::int64_t offset, std::int64_t length, bool drop) {
   if (length <= 0) return;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    ranges_.push_back({fd, offset, length});
+    ranges_.push_back({fd, offset, length, drop});
   }
   wake_.notify_one();
 }
 
 void BackgroundWriteback::drain() {
   std::unique_lock<std::mutex> lock(mutex_);
-  idle_.wait(lock, [&] { return ranges_.empty() && !busy_; });
+  draining_ = true;
+  wake_.notify_one();
+  idle_.wait(lock, [&] { return ranges_.empty() && !busy_ && !holding_; });
+  draining_ = false;
+}
+
+void BackgroundWriteback::drop(const Range& range) {
+  ::sync_file_range(range.fd, range.offset, range.length,
+                    SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE | SYNC_FILE_RANGE_WAIT_AFTER);
+  ::posix_fadvise(range.fd, range.offset, range.length, POSIX_FADV_DONTNEED);
 }
 
 std::int64_t BackgroundWriteback::ranges_submitted() const {
@@ -41,17 +50,34 @@ void BackgroundWriteback::run() {
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);  // never refused: it lowers priority
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] { return stopping_ || !ranges_.empty(); });
-    if (ranges_.empty()) return;  // stopping, and everything requested is done
+    wake_.wait(lock, [&] { return stopping_ || !ranges_.empty() || (holding_ && draining_); });
+    if (ranges_.empty()) {
+      if (holding_) {  // draining (or stopping): the last range to drop has no successor to wait for
+        holding_ = false;
+        busy_ = true;
+        lock.unlock();
+        drop(held_);
+        lock.lock();
+        busy_ = false;
+        idle_.notify_all();
+        continue;
+      }
+      return;  // stopping, and everything requested is done
+    }
     const Range range = ranges_.front();
     ranges_.pop_front();
     busy_ = true;
+    const bool drop_held = holding_;
+    const Range previous = held_;
+    holding_ = range.drop;
+    if (range.drop) held_ = range;
     lock.unlock();
     ::sync_file_range(range.fd, range.offset, range.length, SYNC_FILE_RANGE_WRITE);
+    if (drop_held) drop(previous);
     lock.lock();
     busy_ = false;
     ++submitted_;
-    if (ranges_.empty()) idle_.notify_all();
+    if (ranges_.empty() && !holding_) idle_.notify_all();
   }
 }
 

@@ -1,5 +1,6 @@
 // Starts the kernel's writeback of file ranges from a helper thread, so that the thread writing
-// the file does not spend its own time submitting pages to the disk.
+// the file does not spend its own time submitting pages to the disk; on request, drops ranges
+// from the page cache once they are on disk (drop-behind).
 #pragma once
 
 #include <condition_variable>
@@ -21,10 +22,12 @@ class BackgroundWriteback {
   BackgroundWriteback& operator=(const BackgroundWriteback&) = delete;
 
   // Asks for sync_file_range(SYNC_FILE_RANGE_WRITE) on [offset, offset + length) of `fd`, and
-  // returns at once. Best effort: errors are ignored (they surface at fsync and close). `fd` must
-  // stay open until drain() returns.
-  void request(int fd, std::int64_t offset, std::int64_t length);
-  // Returns once every requested range has been submitted.
+  // returns at once. With `drop`, the range is also dropped from the page cache once written:
+  // when the next range has been submitted (the time it took is the range's time to reach the
+  // disk), or at drain(). Best effort: errors are ignored (they surface at fsync and close).
+  // `fd` must stay open until drain() returns.
+  void request(int fd, std::int64_t offset, std::int64_t length, bool drop = false);
+  // Returns once every requested range has been submitted, and dropped if asked.
   void drain();
   std::int64_t ranges_submitted() const;
 
@@ -32,13 +35,19 @@ class BackgroundWriteback {
   struct Range {
     int fd;
     std::int64_t offset, length;
+    bool drop;
   };
   void run();
+  // Waits for the range's writeback, then evicts its pages (clean now) from the page cache.
+  static void drop(const Range& range);
   mutable std::mutex mutex_;
   std::condition_variable wake_, idle_;
   std::deque<Range> ranges_;
   bool busy_ = false;
   bool stopping_ = false;
+  bool draining_ = false;
+  bool holding_ = false;  // held_ waits to be dropped
+  Range held_{};
   std::int64_t submitted_ = 0;
   std::thread thread_;  // last: starts once the members above exist
 };

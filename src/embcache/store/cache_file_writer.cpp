@@ -278,7 +278,7 @@ void CacheFileWriter::flush_pending_rows(std::size_t level) {
   d.pending_sums.clear();
 }
 
-void CacheFileWriter::start_writeback() {
+void CacheFileWriter::start_writeback(bool drop) {
   if (!file_) return;
   void* handle = nullptr;
   if (H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
@@ -290,7 +290,7 @@ void CacheFileWriter::start_writeback() {
   if (end > writeback_offset_) {
     // Only the bytes added since the last call: rescanning the whole file each time blocks.
     if (!writeback_) writeback_ = std::make_unique<BackgroundWriteback>();
-    writeback_->request(fd, writeback_offset_, end - writeback_offset_);
+    writeback_->request(fd, writeback_offset_, end - writeback_offset_, drop);
     writeback_offset_ = end;
   }
 }

@@ -40,7 +40,8 @@ class CacheFileWriter {
   // Asks the kernel to start writing the file's dirty pages now, without waiting, so that the
   // fsync at commit finds little left to do. A helper thread submits them: the calling thread
   // only notes the range. Best effort: errors are ignored here and surface at close and fsync.
-  void start_writeback();
+  // `drop`: the range also leaves the page cache once on disk (BackgroundWriteback::request).
+  void start_writeback(bool drop = false);
   std::int64_t rows() const { return rows_; }
 
   // What a commit record needs (cache_store.hpp): where the finished rows' features lie in this

@@ -283,8 +283,8 @@ void CacheStore::append(const RowBatch& batch, const std::function<void()>& betw
   }
   uncommitted_.push_back(std::move(index));
   uncommitted_bytes_ += batch.feature_bytes();
-  if (policy_.fsync && next_->feature_bytes() - writeback_mark_ >= kWritebackBytes) {
-    next_->start_writeback();
+  if ((policy_.fsync || policy_.drop_behind) && next_->feature_bytes() - writeback_mark_ >= kWritebackBytes) {
+    next_->start_writeback(policy_.drop_behind);
     writeback_mark_ = next_->feature_bytes();
   }
   if (uncommitted_bytes_ >= policy_.segment_bytes || now_seconds() - last_commit_ >= policy_.segment_seconds) {

@@ -24,6 +24,7 @@ struct CommitPolicy {
   std::int64_t segment_bytes = std::int64_t(1) << 30;    // commit when a segment holds this much
   double segment_seconds = 30.0;                         // ... or is this old
   bool fsync = true;                                     // survive power loss, not only SIGKILL
+  bool drop_behind = false;                              // evict written pages once on disk
 };
 
 struct ConsolidateStats {
