@@ -384,6 +384,16 @@ class StudyParser {
     if (entry.options.out.empty() && !entry.name.empty() && !study_.output_dir.empty()) {
       entry.options.out = study_.output_dir + "/caches/" + entry.name + ".h5";
     }
+    if (!entry.options.out.empty()) {
+      // Two entries into one cache: the second would be refused (another signature) or would
+      // extend the first's cache, after the first had run. (A duplicate name, which shares the
+      // default path, is reported already.)
+      const std::string key = fs::absolute(entry.options.out).lexically_normal().string();
+      const auto [it, fresh] = cache_owner.try_emplace(key, where);
+      if (!fresh && problems_.lines.size() == problems_before) {
+        problems_.add(where + ".out", entry.options.out + " is also " + it->second + "'s cache; give each entry its own");
+      }
+    }
     if (problems_.lines.size() == problems_before && !entry.options.out.empty()) {
       try {
         check_precompute_options(entry.options);
@@ -579,6 +589,7 @@ class StudyParser {
   Json defaults_pre = Json::object(), defaults_probe = Json::object();
   std::set<std::string> names_;
   std::map<std::string, std::size_t> entry_index;
+  std::map<std::string, std::string> cache_owner;  // absolute cache path -> the entry writing it
   std::map<std::string, std::string> entry_identity;  // name -> JSON of its resolved options
 };
 
