@@ -19,7 +19,8 @@ cat >bad.json <<'JSON'
     { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/missing.h5" },
     { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "dtype": ["float16", "float32"] },
     { "name": "grid", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "crop_size": "14x" },
-    { "name": "copy", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "out": "out-bad/caches/enc.h5" }
+    { "name": "copy", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "out": "out-bad/caches/enc.h5" },
+    { "name": "self", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "out": "data/fashion_mnist.h5" }
   ],
   "probes": [
     { "name": "a", "cache": "enc", "task": "classification", "levels": [[1]], "lr": [0.1, 0.01, "fast"] },
@@ -39,6 +40,7 @@ for want in 'precompute\[0\].dataset: .*missing.h5 does not exist' 'precompute\[
             'probes\[1\].cache: "nope" is neither a precompute entry' 'fpn combines several levels' \
             'precompute\[2\].crop_size: expected S or WxH \(64 or 64x32\), got "14x"' \
             "precompute\[3\].out: .*out-bad/caches/enc.h5 is also precompute\[0\]'s cache; give each entry its own" \
+            'precompute\[4\]: --out .*data/fashion_mnist.h5 is the dataset itself' \
             'probes\[3\].warmup_epochs \(levels=1,lr=0.1\): 30 is not shorter than --epochs 20'; do
   grep -qE -- "$want" err.txt || fail "bad config: stderr lacks /$want/: $(cat err.txt)"
 done

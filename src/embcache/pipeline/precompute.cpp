@@ -60,6 +60,10 @@ Resolved resolve(const PrecomputeOptions& o) {
   if (o.encoder.empty()) throw UsageError("--encoder is required");
   if (o.dataset.empty()) throw UsageError("--dataset is required");
   if (o.out.empty()) throw UsageError("--out is required");
+  std::error_code same_ec;
+  if (std::filesystem::exists(o.out) && std::filesystem::equivalent(o.out, o.dataset, same_ec)) {
+    throw UsageError("--out " + o.out + " is the dataset itself; choose another path for the cache");
+  }
   if (!o.summary_json.empty()) {
     // Written at the end: a missing directory must not cost the whole run's exit status.
     const auto dir = std::filesystem::absolute(o.summary_json).parent_path();
@@ -405,11 +409,6 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   const auto started = Clock::now();
   const EncoderAllocatorScope allocator;
   const Resolved opt = resolve(options);
-  std::error_code same_ec;
-  if (std::filesystem::exists(options.out) &&
-      std::filesystem::equivalent(options.out, options.dataset, same_ec)) {
-    throw UsageError("--out " + options.out + " is the dataset itself; choose another path for the cache");
-  }
   std::unique_ptr<WindowSource> source = open_source(options);
   check_whole_windows(*source, opt.grid, options.dataset);
   const std::int64_t channels = source->channels();
