@@ -12,24 +12,36 @@ namespace embcache {
 
 namespace fs = std::filesystem;
 
-std::string not_a_cache_reason(const std::string& path) {
+namespace {
+
+constexpr const char* kNoFormat = "an HDF5 file without the embcache_format attribute, so not an embcache cache";
+constexpr const char* kReadAdvice = "; pass a cache written by 'embcache precompute'";
+
+// not_a_cache_reason up to opening the file.
+std::string not_an_hdf5_file_reason(const std::string& path) {
   std::error_code ec;
   if (!fs::exists(path, ec)) return "no such file";
   if (fs::is_directory(path, ec)) return "a directory, not an embcache cache file";
   if (!h5::is_hdf5(path)) return "not an HDF5 file, so not an embcache cache";
-  const h5::Handle file = h5::open_file(path, false);
-  if (!h5::read_attr_int(file.get(), "embcache_format")) {
-    return "an HDF5 file without the embcache_format attribute, so not an embcache cache";
-  }
   return "";
 }
 
+}  // namespace
+
+std::string not_a_cache_reason(const std::string& path) {
+  if (std::string why = not_an_hdf5_file_reason(path); !why.empty()) return why;
+  const h5::Handle file = h5::open_file(path, false);
+  return h5::read_attr_int(file.get(), "embcache_format") ? "" : kNoFormat;
+}
+
 CacheFileReader::CacheFileReader(std::string path) : path_(std::move(path)) {
-  if (const std::string why = not_a_cache_reason(path_); !why.empty()) {
-    throw InputError(path_ + ": " + why + "; pass a cache written by 'embcache precompute'");
+  // The checks of not_a_cache_reason, with the file opened once.
+  if (const std::string why = not_an_hdf5_file_reason(path_); !why.empty()) {
+    throw InputError(path_ + ": " + why + kReadAdvice);
   }
   file_ = h5::open_file(path_, false);
   const auto format = h5::read_attr_int(file_.get(), "embcache_format");
+  if (!format) throw InputError(path_ + ": " + kNoFormat + kReadAdvice);
   if (*format > kCacheFormatVersion) {
     throw InputError(path_ + ": cache format " + std::to_string(*format) +
                      " was written by a newer embcache; this one reads format " +
