@@ -88,6 +88,30 @@ bool decide_standardize(const std::string& text, HeadType type) {
   throw UsageError("--standardize: expected auto, on or off, got \"" + text + "\"");
 }
 
+// One head of the grid on one level set, shapes from `cache`: build_grid trains it,
+// preflight_probe only validates it (with `outputs` 0). `out_size` is the mask's {h, w}.
+HeadConfig configure_head(HeadType type, ProbeTask task, const std::vector<std::string>& level_set,
+                          const CacheFileReader& cache, std::vector<std::int64_t> out_size,
+                          std::vector<std::int64_t> hidden, std::int64_t outputs, const ProbeOptions& options) {
+  HeadConfig config;
+  config.type = type;
+  config.task = task;
+  for (const auto& name : level_set) {
+    const LevelSpec& level = find_level(cache, name);
+    config.levels.push_back(level.name);
+    config.level_shapes.push_back(level.row_shape);
+  }
+  config.outputs = outputs;
+  config.out_size = std::move(out_size);
+  config.hidden = std::move(hidden);
+  if (type == HeadType::kMlp && config.hidden.empty()) config.hidden = {512};
+  config.dropout = options.dropout;
+  config.conv_blocks = options.conv_blocks;
+  config.standardize = decide_standardize(options.standardize, type);
+  config.validate();
+  return config;
+}
+
 // Per-member training loss [G] for outputs [G, B, ...].
 at::Tensor member_losses(ProbeTask task, const at::Tensor& out, const FeedBatch& batch, std::int64_t ignore_index,
                          double label_smoothing) {
@@ -203,20 +227,11 @@ void preflight_probe(const ProbeOptions& options) {
   // the cache, so a conv head on a vector level fails here rather than mid-study.
   const CacheFileReader& first = *caches.front();
   const bool pixel_values = task == ProbeTask::kPixelRegression && first.label_kinds().has_pixel_value;
+  const auto out_size = pixel_values ? first.pixel_value_shape() : first.mask_shape();  // as ProbeData
+  const auto hidden = options.hidden.empty() ? std::vector<std::int64_t>{} : parse_int_list(options.hidden, "--hidden");
   for (const auto& head : split_list(options.head, "--head")) {
     for (const auto& set : parse_level_sets(options.levels)) {
-      HeadConfig config;
-      config.type = parse_head(head);
-      config.task = task;
-      for (const auto& name : set) {
-        const LevelSpec& level = find_level(first, name);
-        config.levels.push_back(level.name);
-        config.level_shapes.push_back(level.row_shape);
-      }
-      if (is_dense(task)) config.out_size = pixel_values ? first.pixel_value_shape() : first.mask_shape();
-      if (!options.hidden.empty()) config.hidden = parse_int_list(options.hidden, "--hidden");
-      config.dropout = options.dropout;
-      config.validate();
+      configure_head(parse_head(head), task, set, first, out_size, hidden, /*outputs=*/0, options);
     }
   }
 }
@@ -330,22 +345,8 @@ class Trainer {
         std::string requested;
         for (const auto& l : set) requested += (requested.empty() ? "" : "+") + l;
         configs_requested.push_back(requested);
-        HeadConfig config;
-        config.type = type;
-        config.task = task;
-        for (const auto& name : set) {
-          const LevelSpec& level = data.level(name);
-          config.levels.push_back(level.name);
-          config.level_shapes.push_back(level.row_shape);
-        }
-        config.outputs = data.num_outputs();
-        config.out_size = data.mask_shape();
-        config.hidden = hidden;
-        if (type == HeadType::kMlp && config.hidden.empty()) config.hidden = {512};
-        config.dropout = options.dropout;
-        config.conv_blocks = options.conv_blocks;
-        config.standardize = decide_standardize(options.standardize, type);
-        config.validate();
+        const HeadConfig config = configure_head(type, task, set, *data.caches().front(), data.mask_shape(), hidden,
+                                                 data.num_outputs(), options);
         for (const auto& name : config.levels) {
           auto it = level_pooled.find(name);
           level_pooled[name] = (it == level_pooled.end() ? true : it->second) && config.pooled_input();
