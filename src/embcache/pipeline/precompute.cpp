@@ -119,7 +119,7 @@ struct CropItem {
   std::string split;
   std::uint64_t hash = 0;
   at::Tensor input;  // float32 [C, h, w], normalised
-  bool input_nonfinite = false;  // NaN/Inf pixels (nodata as NaN, or a scale that overflows)
+  bool input_nonfinite = false;  // NaN/Inf float pixels (nodata written as NaN)
   std::int64_t label_class = 0;
   at::Tensor label_value;
   at::Tensor mask;
@@ -596,8 +596,11 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         }
         item.split = info.split;
         item.input = opt.preprocess.apply(crop.pixels);
-        // Noted for the error message: NaN features from NaN pixels need the dataset fixed.
-        if (!options.allow_nonfinite) item.input_nonfinite = !at::isfinite(item.input).all().item<bool>();
+        // Noted for the error message: NaN features from NaN pixels need the dataset fixed. Only
+        // float pixels can hold NaN/Inf, so integer datasets skip the pass.
+        if (!options.allow_nonfinite && crop.pixels.is_floating_point()) {
+          item.input_nonfinite = !at::isfinite(item.input).all().item<bool>();
+        }
         item.label_class = raw->data.label_class;
         item.label_value = raw->data.label_value;
         item.mask = crop.mask;
