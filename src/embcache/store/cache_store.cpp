@@ -56,6 +56,32 @@ void remove_quietly(const std::string& path) {
   fs::remove(path, ec);
 }
 
+bool ends_with(const std::string& text, const char* suffix) {
+  const std::size_t n = std::strlen(suffix);
+  return text.size() > n && text.compare(text.size() - n, n, suffix) == 0;
+}
+
+// The commit records in `dir` (seg-N.h5), oldest first. A `.partial` record was never renamed,
+// so never committed: removed with `remove_partial` (the writer, holding the lock), else skipped.
+std::vector<std::string> commit_records_in(const std::string& dir, bool remove_partial) {
+  std::vector<std::pair<std::int64_t, std::string>> found;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(dir, ec)) {
+    const std::string name = entry.path().filename().string();
+    if (ends_with(name, kPartialSuffix)) {
+      if (remove_partial) remove_quietly(entry.path().string());
+      continue;
+    }
+    if (name.rfind(kSegmentPrefix, 0) != 0 || !ends_with(name, kSegmentSuffix)) continue;
+    found.emplace_back(std::atoll(name.c_str() + std::strlen(kSegmentPrefix)), entry.path().string());
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<std::string> records;
+  for (const auto& [number, file] : found) records.push_back(file);
+  return records;
+}
+
 }  // namespace
 
 void sync_path(const std::string& path) {
@@ -68,19 +94,7 @@ void sync_path(const std::string& path) {
 }
 
 std::int64_t pending_commit_records(const std::string& cache_path) {
-  std::int64_t records = 0;
-  std::error_code ec;
-  const std::string dir = cache_path + ".segments";
-  if (!fs::is_directory(dir, ec)) return 0;
-  for (const auto& entry : fs::directory_iterator(dir, ec)) {
-    const std::string name = entry.path().filename().string();
-    const std::size_t suffix = std::strlen(kSegmentSuffix);
-    if (name.rfind(kSegmentPrefix, 0) == 0 && name.size() > suffix &&
-        name.compare(name.size() - suffix, suffix, kSegmentSuffix) == 0) {
-      ++records;
-    }
-  }
-  return records;
+  return std::int64_t(commit_records_in(cache_path + ".segments", /*remove_partial=*/false).size());
 }
 
 std::string cache_shortfall(const CacheFileReader& cache) {
@@ -145,24 +159,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
     existing_levels_ = reader.levels();
   }
 
-  if (fs::is_directory(segments_dir_)) {
-    std::vector<std::pair<std::int64_t, std::string>> found;
-    for (const auto& entry : fs::directory_iterator(segments_dir_)) {
-      const std::string name = entry.path().filename().string();
-      if (name.size() > std::strlen(kPartialSuffix) &&
-          name.compare(name.size() - std::strlen(kPartialSuffix), std::string::npos, kPartialSuffix) == 0) {
-        remove_quietly(entry.path().string());  // never renamed: not committed
-        continue;
-      }
-      if (name.rfind(kSegmentPrefix, 0) != 0) continue;
-      const std::int64_t number = std::atoll(name.c_str() + std::strlen(kSegmentPrefix));
-      found.emplace_back(number, entry.path().string());
-    }
-    std::sort(found.begin(), found.end());
-    std::vector<std::string> records;
-    for (const auto& [number, file] : found) records.push_back(file);
-    recover(records);
-  }
+  if (fs::is_directory(segments_dir_)) recover(commit_records_in(segments_dir_, /*remove_partial=*/true));
   if (main_exists_) {
     CacheFileReader reader(path_);
     read_committed(reader);
