@@ -30,11 +30,13 @@ PY
 grep -q "dataset: .*/ds (rslearn)" inspect.txt || fail "inspect: dataset source: $(cat inspect.txt)"
 grep -q "layers: sentinel2:B02,B_08,B04 dem:elevation   labels from: landcover" inspect.txt || fail "inspect: layers: $(cat inspect.txt)"
 grep -q "splits (crops / windows): train=18/2 val=18/2" inspect.txt || fail "inspect: splits: $(cat inspect.txt)"
+grep -qE "labels: masks /labels/mask \(ignore_index [0-9-]+\)$" inspect.txt || fail "inspect: labels: $(cat inspect.txt)"
 
 # Vector labels: a GeoJSON property, class names sorted and recorded in the cache.
 "$EMBCACHE" precompute --encoder enc4/multi_scripted.pt --dataset ds --layers "$LAYERS" --label-layer label \
   --label-property category --crop-size 32 --out cls.h5 --quiet --no-fsync
 rs labels cls.h5 expected.h5 origins.json --crop-size 32 | grep -q '"class_names": \["forest", "urban", "water"\]' || fail "class names"
+"$EMBCACHE" inspect cls.h5 | grep -q "labels: class ids /labels/class (3 named: forest urban water)$" || fail "inspect: class names"
 "$EMBCACHE" precompute --encoder enc4/multi_scripted.pt --dataset ds --layers "$LAYERS" --label-layer label \
   --label-property score --crop-size 32 --out val.h5 --quiet --no-fsync
 "$PYTHON" -c 'import h5py, numpy as np; v = h5py.File("val.h5")["labels/value"][:]; assert np.allclose(v, 0.5), v' || fail "value labels"

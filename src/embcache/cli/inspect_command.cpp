@@ -11,6 +11,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_schema.hpp"
 #include "embcache/store/cache_store.hpp"
 
 namespace fs = std::filesystem;
@@ -74,6 +75,37 @@ nlohmann::json inspect_cache(const std::string& path) {
   return j;
 }
 
+namespace {
+
+// The label datasets a cache holds, in words, with their paths for h5py users.
+std::string describe_labels(const LabelKinds& kinds) {
+  std::vector<std::string> parts;
+  if (kinds.has_class) {
+    std::string part = std::string("class ids /") + cache_paths::kLabelClass;
+    if (!kinds.class_names.empty()) {
+      part += " (" + std::to_string(kinds.class_names.size()) + " named:";
+      for (const auto& name : kinds.class_names) part += " " + name;
+      part += ")";
+    }
+    parts.push_back(part);
+  }
+  if (kinds.has_value) {
+    parts.push_back(std::string("values /") + cache_paths::kLabelValue +
+                    (kinds.value_width > 0 ? " [N, " + std::to_string(kinds.value_width) + "]" : " [N]"));
+  }
+  if (kinds.has_mask) {
+    parts.push_back(std::string("masks /") + cache_paths::kLabelMask + " (ignore_index " +
+                    std::to_string(kinds.ignore_index) + ")");
+  }
+  if (kinds.has_pixel_value) parts.push_back(std::string("pixel values /") + cache_paths::kLabelPixelValue);
+  if (parts.empty()) return "none (features only)";
+  std::string out;
+  for (const auto& part : parts) out += (out.empty() ? "" : ", ") + part;
+  return out;
+}
+
+}  // namespace
+
 void run_inspect_command(const InspectOptions& options) {
   const nlohmann::json j = inspect_cache(options.cache);
   if (options.json) {
@@ -118,7 +150,7 @@ void run_inspect_command(const InspectOptions& options) {
                 level["shape"].dump().c_str(), (long long)level["stride"].get<std::int64_t>(),
                 format_bytes(level["bytes"].get<double>()).c_str());
   }
-  std::printf("  labels: %s\n", j["labels"].dump().c_str());
+  std::printf("  labels: %s\n", describe_labels(label_kinds_from_json(j["labels"])).c_str());
   if (j["pending_segments"].get<std::int64_t>() > 0) {
     std::printf("  note: %lld commits of a run are not yet in this file (a run is active or was "
                 "interrupted; the next precompute installs them)\n",
