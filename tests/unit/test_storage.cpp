@@ -303,6 +303,51 @@ TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason") {
   REQUIRE_THROWS_AS(CacheFileReader(dir.file("x.h5")), InputError);
 }
 
+TEST_CASE("a dataset read row by row caches every chunk one row touches, within the cap") {
+  testing::TempDir dir;
+  h5::Handle file = h5::create_file(dir.file("rows.h5"));
+  // [32, 4, 256, 256] uint8 in 1 MiB chunks of 16 rows x 4 x 128 x 128: a row touches 4 chunks.
+  const std::vector<hsize_t> dims = {32, 4, 256, 256};
+  const auto make = [&](const char* name, std::vector<hsize_t> chunk) {
+    h5::Handle space(H5Screate_simple(4, dims.data(), nullptr), H5Sclose);
+    h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
+    if (!chunk.empty()) {
+      H5Pset_chunk(dcpl.get(), 4, chunk.data());
+      H5Pset_deflate(dcpl.get(), 1);
+    }
+    h5::Handle ds(H5Dcreate2(file.get(), name, H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
+                  H5Dclose);
+    const at::Tensor values = at::arange(32 * 4 * 256 * 256, at::kLong).remainder(251).to(at::kByte);
+    REQUIRE(H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data_ptr()) >= 0);
+  };
+  make("shared", {16, 4, 128, 128});
+  make("one_row", {1, 4, 128, 128});
+  make("contiguous", {});
+  const auto cache_bytes = [](hid_t ds) {
+    h5::Handle dapl(H5Dget_access_plist(ds), H5Pclose);
+    std::size_t slots = 0, bytes = 0;
+    double w0 = 0;
+    REQUIRE(H5Pget_chunk_cache(dapl.get(), &slots, &bytes, &w0) >= 0);
+    return std::int64_t(bytes);
+  };
+  constexpr std::int64_t MiB = 1 << 20;
+  std::int64_t needed = -1;
+  h5::Handle shared = h5::open_dataset_for_rows(file.get(), "shared", 256 * MiB, &needed);
+  CHECK(needed == 4 * MiB);
+  CHECK(cache_bytes(shared.get()) >= 4 * MiB);  // HDF5's default, 1 MiB, would decompress each chunk 16 times
+  std::vector<std::uint8_t> row(4 * 256 * 256);
+  h5::read_rows(shared.get(), H5T_NATIVE_UINT8, 17, 1, row.data(), "shared");
+  CHECK(int(row[5]) == int((17 * 4 * 256 * 256 + 5) % 251));
+  shared.reset();  // an open dataset keeps the chunk cache it was first opened with
+  shared = h5::open_dataset_for_rows(file.get(), "shared", 2 * MiB, &needed);
+  CHECK(cache_bytes(shared.get()) == 2 * MiB);  // capped
+  h5::Handle one_row = h5::open_dataset_for_rows(file.get(), "one_row", 256 * MiB, &needed);
+  CHECK(needed == 0);
+  CHECK(cache_bytes(one_row.get()) == MiB);
+  h5::Handle contiguous = h5::open_dataset_for_rows(file.get(), "contiguous", 256 * MiB, &needed);
+  CHECK(needed == 0);
+}
+
 TEST_CASE("a flipped byte in a stored chunk is detected by its checksum") {
   testing::TempDir dir;
   const std::string path = dir.file("c.h5");

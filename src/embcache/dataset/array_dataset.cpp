@@ -104,12 +104,16 @@ class ArrayDataset final : public WindowSource {
   }
 
  private:
+  // Windows are read one row at a time; a chunk shared by several rows stays cached until its
+  // rows are read, up to this many bytes per dataset (docs/dataset-formats.md).
+  static constexpr std::int64_t kRowChunkCacheBytes = std::int64_t(256) << 20;
+
   void open_images() {
     if (!h5::exists(file_.get(), "images")) {
       throw InputError(path_ + ": missing dataset /images; an array dataset stores windows as "
                                "/images [N, C, H, W] (see docs/dataset-formats.md)");
     }
-    images_ = h5::open_dataset(file_.get(), "images");
+    images_ = h5::open_dataset_for_rows(file_.get(), "images", kRowChunkCacheBytes);
     dims_ = h5::dataset_dims(images_.get(), path_ + ":/images");
     if (dims_.size() != 4) {
       throw InputError(path_ + ": /images has rank " + std::to_string(dims_.size()) +
@@ -175,7 +179,7 @@ class ArrayDataset final : public WindowSource {
 
   void open_masks() {
     if (!h5::exists(file_.get(), "masks")) return;
-    masks_ = h5::open_dataset(file_.get(), "masks");
+    masks_ = h5::open_dataset_for_rows(file_.get(), "masks", kRowChunkCacheBytes);
     const auto dims = h5::dataset_dims(masks_.get(), path_ + ":/masks");
     if (dims.size() != 3 || dims[0] != dims_[0] || dims[1] != dims_[2] || dims[2] != dims_[3]) {
       throw InputError(path_ + ": /masks has shape " + shape_text(dims) + "; expected [" +

@@ -1,5 +1,6 @@
 #include "embcache/store/h5.hpp"
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -132,6 +133,56 @@ Handle create_group(hid_t loc, const std::string& path) {
 Handle open_dataset(hid_t loc, const std::string& path) {
   return Handle(check(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), "cannot open dataset", path),
                 H5Dclose);
+}
+
+namespace {
+
+std::int64_t next_prime(std::int64_t n) {
+  const auto is_prime = [](std::int64_t k) {
+    if (k < 2) return false;
+    for (std::int64_t d = 2; d * d <= k; ++d) {
+      if (k % d == 0) return false;
+    }
+    return true;
+  };
+  while (!is_prime(n)) ++n;
+  return n;
+}
+
+}  // namespace
+
+Handle open_dataset_for_rows(hid_t loc, const std::string& path, std::int64_t max_cache_bytes,
+                             std::int64_t* row_chunk_bytes) {
+  if (row_chunk_bytes) *row_chunk_bytes = 0;
+  Handle dataset = open_dataset(loc, path);
+  Handle dcpl = dataset_create_plist(dataset.get(), path);
+  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return dataset;
+  const std::vector<hsize_t> dims = dataset_dims(dataset.get(), path);
+  std::vector<hsize_t> chunk(dims.size(), 1);
+  if (dims.empty() || H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data()) != int(dims.size())) {
+    return dataset;
+  }
+  if (chunk[0] <= 1) return dataset;
+  Handle type = dataset_type(dataset.get(), path);
+  std::int64_t chunk_bytes = std::int64_t(H5Tget_size(type.get()));
+  std::int64_t chunks_per_row = 1;
+  for (std::size_t d = 0; d < dims.size(); ++d) {
+    chunk_bytes *= std::int64_t(chunk[d]);
+    if (d > 0) chunks_per_row *= std::int64_t((dims[d] + chunk[d] - 1) / chunk[d]);
+  }
+  const std::int64_t needed = chunks_per_row * chunk_bytes;
+  if (row_chunk_bytes) *row_chunk_bytes = needed;
+  constexpr std::int64_t kDefaultCacheBytes = 1 << 20;  // HDF5's rdcc_nbytes default
+  if (needed <= kDefaultCacheBytes) return dataset;
+  const std::int64_t cache_bytes = std::min(needed + chunk_bytes, std::max(max_cache_bytes, kDefaultCacheBytes));
+  // HDF5 advises a prime number of hash slots, about 100 times the chunks the cache holds.
+  const std::int64_t slots = next_prime(std::min<std::int64_t>(100 * (cache_bytes / chunk_bytes + 1), 1000003));
+  Handle dapl(check(H5Pcreate(H5P_DATASET_ACCESS), "cannot create access properties for", path), H5Pclose);
+  check_status(H5Pset_chunk_cache(dapl.get(), std::size_t(slots), std::size_t(cache_bytes),
+                                  H5D_CHUNK_CACHE_W0_DEFAULT),
+               "cannot size the chunk cache of", path);
+  dataset.reset();
+  return Handle(check(H5Dopen2(loc, path.c_str(), dapl.get()), "cannot open dataset", path), H5Dclose);
 }
 
 std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path) {

@@ -59,6 +59,14 @@ bool exists(hid_t loc, const std::string& path);  // checks each component of a/
 Handle open_group(hid_t loc, const std::string& path);
 Handle create_group(hid_t loc, const std::string& path);
 Handle open_dataset(hid_t loc, const std::string& path);
+// Opens a dataset that is read one row (index along dimension 0) at a time, with a chunk cache
+// that holds every chunk one row touches, up to `max_cache_bytes`. A chunk that spans several
+// rows is then read and decompressed once, not once per row (HDF5's default cache is 1 MiB).
+// Returns the bytes the chunks of one row take in `*row_chunk_bytes` (0: not chunked, or one
+// row per chunk, which needs no cache). HDF5 keeps the cache of the first opening while a dataset
+// is open, so the caller must not hold it open already.
+Handle open_dataset_for_rows(hid_t loc, const std::string& path, std::int64_t max_cache_bytes,
+                             std::int64_t* row_chunk_bytes = nullptr);
 std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path);
 Handle dataset_type(hid_t dataset, const std::string& path);
 Handle dataset_create_plist(hid_t dataset, const std::string& path);
