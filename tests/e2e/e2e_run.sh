@@ -26,7 +26,8 @@ cat >bad.json <<'JSON'
     { "name": "a", "cache": "enc", "task": "classification", "levels": [[1]], "lr": [0.1, 0.01, "fast"] },
     { "name": "b", "cache": "nope", "task": "classification", "levels": 1, "learning_rate": 0.1 },
     { "name": "c", "cache": "enc", "task": "classification", "head": "fpn", "levels": [[1]] },
-    { "name": "d", "cache": "enc", "task": "classification", "levels": [[1]], "lr": [0.1, 0.01], "warmup_epochs": 30 }
+    { "name": "d", "cache": "enc", "task": "classification", "levels": [[1]], "lr": [0.1, 0.01], "warmup_epochs": 30 },
+    { "name": "e", "cache": "enc", "task": "classification", "levels": [[1], [2]], "lr": [0.01, 1e-2], "weight_decay": 0.5 }
   ]
 }
 JSON
@@ -41,7 +42,8 @@ for want in 'precompute\[0\].dataset: .*missing.h5 does not exist' 'precompute\[
             'precompute\[2\].crop_size: expected S or WxH \(64 or 64x32\), got "14x"' \
             "precompute\[3\].out: .*out-bad/caches/enc.h5 is also precompute\[0\]'s cache; give each entry its own" \
             'precompute\[4\]: --out .*data/fashion_mnist.h5 is the dataset itself' \
-            'probes\[3\].warmup_epochs \(levels=1,lr=0.1\): 30 is not shorter than --epochs 20'; do
+            'probes\[3\].warmup_epochs \(levels=1,lr=0.1\): 30 is not shorter than --epochs 20' \
+            'probes\[4\]: e/levels=1,lr=0.01 \(levels\[0\], lr\[1\]\) is the same run as probes\[4\] e/levels=1,lr=0.01 \(levels\[0\], lr\[0\]\)'; do
   grep -qE -- "$want" err.txt || fail "bad config: stderr lacks /$want/: $(cat err.txt)"
 done
 ! grep -qiE "terminate called|abort|Exception raised" err.txt || fail "abort in: $(cat err.txt)"

@@ -515,9 +515,10 @@ class StudyParser {
         picks[a] = rest % axes[a].size;
         rest /= axes[a].size;
       }
-      std::string label;
+      std::string label, positions;  // positions: "lr[1], levels[0]", for messages
       for (std::size_t a = 0; a < axes.size(); ++a) {
         for (const auto& key : axes[a].keys) {
+          positions += (positions.empty() ? " (" : ", ") + key + "[" + std::to_string(picks[a]) + "]";
           const Json picked = e[key][picks[a]];
           values[key] = picked;
           run.varying[key] = nlohmann::json::parse(picked.dump());
@@ -562,6 +563,15 @@ class StudyParser {
       identity.erase("quiet");
       identity["cache_identity"] = cache_identity;
       run.id = sha256_hex(identity.dump()).substr(0, 12);
+      // A repeated grid value ([1e-3, 0.001]) or a copied entry would train one probe twice into
+      // one run directory and list it twice in the results.
+      if (!positions.empty()) positions += ")";
+      const auto [first, fresh] = run_where_.emplace(run.id, where + " " + run.name + positions);
+      if (!fresh) {
+        problems_.add(where, run.name + positions + " is the same run as " + first->second +
+                                 " (same options on the same cache); remove the repeated value or entry");
+        break;
+      }
       run.options.quiet = true;
       run.options.out = study_.output_dir + "/runs/" + slug(group) + "/" + (label.empty() ? "run" : slug(label)) + "-" + run.id;
       study_.runs.push_back(std::move(run));
@@ -591,6 +601,7 @@ class StudyParser {
   std::map<std::string, std::size_t> entry_index;
   std::map<std::string, std::string> cache_owner;  // absolute cache path -> the entry writing it
   std::map<std::string, std::string> entry_identity;  // name -> JSON of its resolved options
+  std::map<std::string, std::string> run_where_;      // run id -> "probes[i] NAME" of its first run
 };
 
 }  // namespace

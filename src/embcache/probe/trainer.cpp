@@ -81,6 +81,24 @@ std::vector<std::vector<std::string>> parse_level_sets(const std::string& text) 
   return sets;
 }
 
+// A value listed twice in a grid list would train the same heads twice and report them twice.
+template <typename T, typename Text>
+void refuse_repeats(const std::vector<T>& values, const std::string& option, Text text) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (values[j] == values[i]) {
+        throw UsageError(option + ": " + text(values[i]) + " is listed twice; list each value once");
+      }
+    }
+  }
+}
+
+std::string level_set_text(const std::vector<std::string>& set) {
+  std::string text;
+  for (const auto& l : set) text += (text.empty() ? "" : "+") + l;
+  return text;
+}
+
 bool decide_standardize(const std::string& text, HeadType type) {
   if (text == "on") return true;
   if (text == "off") return false;
@@ -283,13 +301,17 @@ void check_probe_options(const ProbeOptions& options) {
   }
   decide_standardize(options.standardize, HeadType::kLinear);
   const auto level_sets = parse_level_sets(options.levels);
-  for (const auto& h : split_list(options.head, "--head")) {
-    const HeadType type = parse_head(h);
-    for (const auto& set : level_sets) {
-      std::string text;
-      for (const auto& l : set) text += (text.empty() ? "" : "+") + l;
-      check_head_levels(type, task, set.size(), text);
-    }
+  refuse_repeats(level_sets, "--levels", level_set_text);
+  for (const auto& set : level_sets) {
+    refuse_repeats(set, "--levels " + level_set_text(set), [](const std::string& l) { return "level " + l; });
+  }
+  refuse_repeats(parse_double_list(options.lr, "--lr"), "--lr", format_number);
+  refuse_repeats(parse_double_list(options.weight_decay, "--weight-decay"), "--weight-decay", format_number);
+  std::vector<HeadType> types;
+  for (const auto& h : split_list(options.head, "--head")) types.push_back(parse_head(h));
+  refuse_repeats(types, "--head", [](HeadType t) { return std::string(head_name(t)); });
+  for (HeadType type : types) {
+    for (const auto& set : level_sets) check_head_levels(type, task, set.size(), level_set_text(set));
   }
 }
 
