@@ -5,6 +5,7 @@
 # (b) plain uncompressed HDF5 writes measured in the same process.
 # Targets (issue 2): heavy wall / encoder-only <= 1.10; light MB/s >= 0.5 x plain HDF5 MB/s.
 # Usage: scripts/bench_precompute.sh [WORK_DIR]   (default: a temporary directory)
+#        ONLY=REGEX runs only the configurations whose label matches (ONLY='^bench-heavy$').
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh >/dev/null
@@ -26,6 +27,7 @@ REPEATS=${REPEATS:-5}
 run() {  # run LABEL KEY ENCODER DATASET [options]; KEY: the summary field the median is taken by
   local label=$1 key=$2 enc=$3 data=$4
   shift 4
+  [[ -z ${ONLY:-} || $label =~ $ONLY ]] || return 0
   for i in $(seq "$REPEATS"); do
     # Each run starts with no dirty pages: the gigabytes earlier runs wrote are otherwise still
     # being written back, which throttles this run's writes (and its yardstick's) to disk speed.
@@ -37,7 +39,10 @@ run() {  # run LABEL KEY ENCODER DATASET [options]; KEY: the summary field the m
     if [[ $label == *new-file* ]]; then out="$WORK/out-$label-$i.h5"; fi
     "$BENCH" --encoder "$WORK/enc/$enc" --dataset "$WORK/$data" --out "$out" "$@" >"$WORK/$label-$i.json"
   done
-  rm -f "$WORK/out-$label-"*.h5
+  # The outputs are not used afterwards: gigabytes of them left in the page cache only change
+  # the memory state the next configurations run in.
+  rm -f "$WORK/out-$label.h5" "$WORK/out-$label-"*.h5
+  rm -rf "$WORK/out-$label.h5.segments"
   $PY - "$WORK" "$label" "$key" "$REPEATS" <<'PY'
 import json, sys
 work, label, key, repeats = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
