@@ -36,6 +36,7 @@ expect_error 2 "band 5 is out of range" "${RUN[@]}" --encoder "$ENC/multi_script
 expect_error 2 "no level \"9\"" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --levels 9
 # Encoders
 expect_error 3 "encoder file not found" "${RUN[@]}" --encoder nope.pt --dataset data.h5 --out c.h5
+expect_error 3 ": is a directory; pass a TorchScript file" "${RUN[@]}" --encoder . --dataset data.h5 --out c.h5
 expect_error 3 "not a loadable TorchScript" "${RUN[@]}" --encoder "$ENC/not_torchscript.pt" --dataset data.h5 --out c.h5
 expect_error 3 "Dict output has the key \"stage/1\", which cannot name a level" "${RUN[@]}" --encoder "$ENC/bad_key.pt" --dataset data.h5 --out c.h5
 expect_error 3 "3 dimensions" "${RUN[@]}" --encoder "$ENC/bad_rank.pt" --dataset data.h5 --out c.h5

@@ -69,8 +69,8 @@ struct Encoder::Impl {
 Encoder::Encoder(const std::string& path, c10::Device device, Amp amp)
     : impl_(std::make_unique<Impl>()), path_(path), device_(device), amp_(amp) {
   if (!std::filesystem::is_regular_file(path)) {
-    throw InputError(path + ": encoder file not found; pass a TorchScript file saved with "
-                            "torch.jit.save");
+    throw InputError(path + (std::filesystem::is_directory(path) ? ": is a directory" : ": encoder file not found") +
+                     "; pass a TorchScript file saved with torch.jit.save");
   }
   if (amp_ != Amp::kNone && !device_.is_cuda()) {
     throw UsageError("--amp needs a CUDA device; on CPU use --amp none");
