@@ -141,6 +141,7 @@ expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h
 expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --test-split holdout
 expect_error 2 "'train' is also the --train-split" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split train
 expect_error 2 "never reach --lr" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --epochs 2 --warmup-epochs 2
+expect_error 2 "--val-fraction: expected a fraction in \\[0, 1), got 1.5$" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-fraction 1.5
 expect_error 2 "--lr: 0.001 is listed twice" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --lr 1e-3,0.01,0.001
 expect_error 2 "--levels 1+1: level 1 is listed twice" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1+1
 expect_error 2 "--head: mlp is listed twice" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --head mlp,linear,mlp

@@ -471,7 +471,7 @@ TEST_CASE("bad datasets and options: one clear error each") {
   o.scale = std::nan("");
   REQUIRE(contains(error_of<UsageError>(o), "--scale: expected a finite, non-zero factor"));
   o.scale = 0;
-  REQUIRE(contains(error_of<UsageError>(o), "--scale: expected a finite, non-zero factor"));
+  REQUIRE(contains(error_of<UsageError>(o), "--scale: expected a finite, non-zero factor, got 0"));
   o = s.options();
   o.overlap = 16;
   REQUIRE(contains(error_of<UsageError>(o), "--overlap"));

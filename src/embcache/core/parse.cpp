@@ -4,6 +4,8 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <iomanip>
+#include <sstream>
 
 #include "embcache/core/error.hpp"
 
@@ -114,6 +116,12 @@ std::string csv_field(const std::string& text) {
   std::string out = "\"";
   for (char c : text) out += c == '"' ? std::string("\"\"") : std::string(1, c);
   return out + "\"";
+}
+
+std::string format_number(double value) {
+  std::ostringstream s;
+  s << std::setprecision(6) << value;
+  return s.str();
 }
 
 std::string format_bytes(double bytes) {

@@ -20,6 +20,8 @@ std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const 
 std::int64_t parse_bytes(const std::string& text, const std::string& what);
 // A CSV field: quoted (with doubled quotes) when it holds a comma, a quote or a newline.
 std::string csv_field(const std::string& text);
+// A number as a person writes it, for messages: 1.5 -> "1.5", 1e-05 -> "1e-05" (6 significant digits).
+std::string format_number(double value);
 // Human-readable byte count: 1536 -> "1.5 KiB".
 std::string format_bytes(double bytes);
 

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
 
 namespace embcache {
 
@@ -17,7 +18,7 @@ void Preprocess::validate(std::int64_t channels) const {
     }
   };
   if (!std::isfinite(scale) || scale == 0.0) {
-    throw UsageError("--scale: expected a finite, non-zero factor, got " + std::to_string(scale));
+    throw UsageError("--scale: expected a finite, non-zero factor, got " + format_number(scale));
   }
   if (channels >= 0) {
     check_length(mean, "mean");

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
 #include "embcache/store/cache_store.hpp"
 
 namespace embcache {
@@ -196,7 +197,7 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
     }
   }
   if (options.val_fraction < 0 || options.val_fraction >= 1) {
-    throw UsageError("--val-fraction: expected a fraction in [0, 1), got " + std::to_string(options.val_fraction));
+    throw UsageError("--val-fraction: expected a fraction in [0, 1), got " + format_number(options.val_fraction));
   }
   if (options.val_fraction > 0 && counts.count(options.val_split)) {
     throw UsageError("--val-fraction: the caches already have a '" + options.val_split +

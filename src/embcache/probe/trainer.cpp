@@ -56,12 +56,6 @@ struct Bank {
   std::unique_ptr<BankOptimizer> optimizer;
 };
 
-std::string format_number(double v) {
-  std::ostringstream s;
-  s << std::setprecision(6) << v;
-  return s.str();
-}
-
 std::vector<std::vector<std::string>> parse_level_sets(const std::string& text) {
   if (text.empty()) throw UsageError("--levels: required (a level name or index, e.g. --levels 0, or 1+2 for fpn)");
   std::vector<std::vector<std::string>> sets;
