@@ -25,6 +25,19 @@ at::Tensor logits_for(const std::vector<std::int64_t>& pred, std::int64_t k) {
 
 }  // namespace
 
+TEST_CASE("probe metrics: top-5 accuracy only with more than 5 classes") {
+  // Logits rank the classes 0, 1, ..., k-1 for every row: with 6 classes, 5 is never in the top 5.
+  const auto ranked = [](std::int64_t rows, std::int64_t k) {
+    return at::arange(k, at::kFloat).flip(0).view({1, 1, k}).expand({1, rows, k}).contiguous();
+  };
+  MetricAccumulator six(ProbeTask::kClassification, 6, -1, 1);
+  six.add(ranked(4, 6), at::tensor(std::vector<std::int64_t>{0, 1, 2, 5}));
+  CHECK(six.result(0)["top5_accuracy"].get<double>() == doctest::Approx(0.75));
+  MetricAccumulator five(ProbeTask::kClassification, 5, -1, 1);
+  five.add(ranked(4, 5), at::tensor(std::vector<std::int64_t>{0, 1, 2, 4}));
+  CHECK(!five.result(0).contains("top5_accuracy"));  // always 1 with 5 classes
+}
+
 TEST_CASE("probe metrics: classification accuracy, macro-F1, recall and confusion by hand") {
   // targets 0 0 1 1 2, predictions 0 1 1 1 0: accuracy 3/5.
   MetricAccumulator acc(ProbeTask::kClassification, 3, -1, 1);

@@ -70,7 +70,8 @@ void MetricAccumulator::add(const at::Tensor& outputs_any, const at::Tensor& tar
       const at::Tensor pred = outputs.argmax(-1);
       parts_a_.push_back(target);
       parts_b_.push_back(pred);
-      if (k_ >= 5) parts_c_.push_back((std::get<1>(outputs.topk(5, -1)) == target.view({1, batch, 1})).any(-1));
+      if (k_ > 5) parts_c_.push_back(  // with 5 classes or fewer, top-5 is always right
+          (std::get<1>(outputs.topk(5, -1)) == target.view({1, batch, 1})).any(-1));
       for (std::int64_t g = 0; g < members_; ++g) {
         confusion_[g].add_(at::bincount(target * k_ + pred[g], {}, k_ * k_).view({k_, k_}));
       }
