@@ -2,7 +2,7 @@
 # embcache run / report end to end: config validation reports every problem at once and runs
 # nothing; a study runs, fuses runs into passes, equals train-probe run alone, skips finished runs
 # on rerun, resumes after kill -9 without duplicates, rejects corrupted ledgers; the report's
-# charts have data.
+# charts have data; the example configs in configs/ plan cleanly.
 source "$(dirname "$0")/lib.sh"
 : "${PROBE_PY:?run through ctest}" "${DEMO_DATA_PY:?}"
 probe() { "$PYTHON" "$PROBE_PY" "$@"; }
@@ -222,4 +222,15 @@ expect_error 3 "edited/results.jsonl: line 2 has no \"group\"" "$EMBCACHE" repor
 sed -i 2d edited/results.jsonl
 expect_error 3 "edited/results.jsonl: line 2: \"lr\" is a string, not a number" "$EMBCACHE" report edited
 [[ ! -e edited/report.html ]] || fail "a refused report wrote report.html"
+# The example studies in configs/ stay valid: each plans its runs against the demo data.
+mkdir -p examples/configs
+cp "$(dirname "$DEMO_DATA_PY")"/../configs/*.json examples/configs/
+ln -s ../data examples/demo-out
+for c in examples/configs/*.json; do
+  "$EMBCACHE" run "$c" --dry-run >plan-example.txt 2>&1 || fail "$c: $(cat plan-example.txt)"
+  grep -qE "probe runs \(0 finished, [1-9][0-9]* to run" plan-example.txt || fail "$c plans no run: $(head -3 plan-example.txt)"
+done
+[[ -z $(ls data | grep study-) ]] || fail "--dry-run of an example created its output_dir"
+echo "ok: configs/*.json plan cleanly"
+
 echo "e2e_run: all checks passed"
