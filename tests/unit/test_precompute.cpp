@@ -5,12 +5,14 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
 #include <thread>
 
+#include "embcache/cli/option_binding.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
@@ -622,4 +624,26 @@ TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only 
     CHECK(mmapped_by(block) == 0);
   }
   CHECK(mmapped_by(block) >= block);
+}
+
+TEST_CASE("command-line flags: --no-fsync turns fsync off, and --help shows it plainly") {
+  const auto parse = [](std::vector<std::string> args) {
+    CLI::App app("test");
+    auto options = std::make_shared<PrecomputeOptions>();
+    add_option_fields(app.add_subcommand("precompute"), options, precompute_fields());
+    args.insert(args.begin(), {"precompute", "--encoder", "e.pt", "--dataset", "d.h5", "--out", "c.h5"});
+    std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
+    app.parse(args);
+    return *options;
+  };
+  CHECK(parse({}).fsync);
+  CHECK_FALSE(parse({"--no-fsync"}).fsync);
+  CHECK(parse({"--drop-behind"}).drop_behind);
+  CLI::App app("test");
+  auto options = std::make_shared<PrecomputeOptions>();
+  CLI::App* sub = app.add_subcommand("precompute");
+  add_option_fields(sub, options, precompute_fields());
+  const std::string help = sub->help();
+  CHECK(help.find("--no-fsync ") != std::string::npos);
+  CHECK(help.find("{false}") == std::string::npos);
 }

@@ -20,7 +20,11 @@ void add_option_fields(CLI::App* sub, const std::shared_ptr<T>& options, const s
           auto& value = (*options).*member;
           using V = std::decay_t<decltype(value)>;
           if constexpr (std::is_same_v<V, bool>) {
-            sub->add_flag(field.negated ? "!" + flag : flag, value, field.help);
+            if (field.negated) {  // CLI11's "!--flag" would show as "--flag{false}" in --help
+              sub->add_flag_callback(flag, [options, member] { (*options).*member = false; }, field.help);
+            } else {
+              sub->add_flag(flag, value, field.help);
+            }
           } else {
             CLI::Option* option = sub->add_option(flag, value, field.help);
             if (field.required) option->required();
