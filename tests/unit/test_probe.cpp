@@ -104,6 +104,14 @@ TEST_CASE("byte sizes parse with binary units and reject nonsense") {
   CHECK_THROWS_AS(parse_bytes("-1G", "--host-memory-budget"), UsageError);
 }
 
+TEST_CASE("durations for progress lines read as seconds, minutes or hours") {
+  CHECK(format_duration(0) == "0s");
+  CHECK(format_duration(42.4) == "42s");
+  CHECK(format_duration(725) == "12m05s");
+  CHECK(format_duration(10980) == "3h03m");
+  CHECK(format_duration(-3) == "0s");
+}
+
 TEST_CASE("crop sizes parse as S or WxH and name the expected form otherwise") {
   CHECK(parse_size("64", "--crop-size") == std::pair<std::int64_t, std::int64_t>(64, 64));
   CHECK(parse_size("64x32", "--crop-size") == std::pair<std::int64_t, std::int64_t>(64, 32));

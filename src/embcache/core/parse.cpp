@@ -1,5 +1,6 @@
 #include "embcache/core/parse.hpp"
 
+#include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
@@ -122,6 +123,19 @@ std::string format_number(double value) {
   std::ostringstream s;
   s << std::setprecision(6) << value;
   return s.str();
+}
+
+std::string format_duration(double seconds) {
+  const long long s = std::llround(std::max(0.0, seconds));
+  char text[32];
+  if (s < 60) {
+    std::snprintf(text, sizeof text, "%llds", s);
+  } else if (s < 3600) {
+    std::snprintf(text, sizeof text, "%lldm%02llds", s / 60, s % 60);
+  } else {
+    std::snprintf(text, sizeof text, "%lldh%02lldm", s / 3600, (s % 3600) / 60);
+  }
+  return text;
 }
 
 std::string format_bytes(double bytes) {

@@ -22,6 +22,8 @@ std::int64_t parse_bytes(const std::string& text, const std::string& what);
 std::string csv_field(const std::string& text);
 // A number as a person writes it, for messages: 1.5 -> "1.5", 1e-05 -> "1e-05" (6 significant digits).
 std::string format_number(double value);
+// A duration for progress lines: 42 -> "42s", 725 -> "12m05s", 10980 -> "3h03m".
+std::string format_duration(double seconds);
 // Human-readable byte count: 1536 -> "1.5 KiB".
 std::string format_bytes(double bytes);
 
