@@ -444,9 +444,14 @@ class Trainer {
     if (tier == FeedTier::kStream) {
       const std::int64_t batch_bytes = row_bytes * options.batch_size * 8;
       if (batch_bytes > host_budget) {
+        // Small data: holding it all takes less than streaming it would.
+        const std::string advice = options.tier == "auto" && needed < batch_bytes
+                                       ? "raise the budget to " + format_bytes(double(needed)) +
+                                             " (the features then stay in memory) or lower --batch-size"
+                                       : "raise the budget or lower --batch-size";
         throw UsageError("--host-memory-budget " + format_bytes(double(host_budget)) + " is exhausted: streaming needs about " +
                          format_bytes(double(batch_bytes)) + " for a few batches of " + std::to_string(options.batch_size) +
-                         " rows; raise the budget or lower --batch-size");
+                         " rows; " + advice);
       }
     }
     const auto t_load = Clock::now();
