@@ -18,7 +18,9 @@ fx same fm.h5 fm-drop.h5
 
 # Linear probe vs L-BFGS logistic regression on the same pooled, standardised features.
 "$EMBCACHE" train-probe --cache fm.h5 --out lin --task classification --head linear --levels 1 \
-  --lr 3e-3,1e-2,3e-2 --epochs 60 --quiet --bootstrap 200
+  --lr 3e-3,1e-2,3e-2 --epochs 60 --quiet --bootstrap 200 >lin.txt
+grep -qE "^train-probe: best linear levels=1 lr=[0-9.e-]+ wd=0 \(epoch [0-9]+\): val accuracy 0\.[0-9]{4}, test accuracy 0\.[0-9]{4}; 3 heads" lin.txt ||
+  fail "summary line: $(cat lin.txt)"
 ours=$("$PYTHON" -c 'import json; print(json.load(open("lin/metrics.json"))["test"]["accuracy"])')
 ref=$(probe lbfgs fm.h5 1)
 "$PYTHON" - "$ours" "$ref" <<'PY' || fail "linear probe and L-BFGS disagree"

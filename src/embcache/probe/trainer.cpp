@@ -709,10 +709,11 @@ class Trainer {
     }
 
     std::ostringstream line;
+    line << std::fixed << std::setprecision(4);  // metrics as in a study's results table: 0.6840
     line << "train-probe: best " << winner.id << " (epoch " << winner.best_epoch << "): val " << primary << " "
-         << format_number(winner.best_value);
+         << winner.best_value;
     if (j["test"].contains(primary) && j["test"][primary].is_number()) {
-      line << ", test " << primary << " " << format_number(j["test"][primary].get<double>());
+      line << ", test " << primary << " " << j["test"][primary].get<double>();
     }
     line << "; " << combos.size() << " head" << (combos.size() == 1 ? "" : "s") << ", " << epochs_run << " epoch"
          << (epochs_run == 1 ? "" : "s") << ", "
