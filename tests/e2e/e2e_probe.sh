@@ -178,6 +178,19 @@ expect_error 2 "exhausted" "$EMBCACHE" train-probe --cache fm.h5 --out bad --tas
 expect_error 2 "host-memory-budget" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 0 --tier host --host-memory-budget 64K
 expect_error 3 "loss of linear levels=1 lr=1e+38 wd=0 is not finite in epoch 1" "$EMBCACHE" train-probe --cache fm.h5 --out bad \
   --task classification --levels 1 --optimizer sgd --lr 1e38 --schedule constant
+# In a grid, a diverging combination stops alone and the others finish.
+"$EMBCACHE" train-probe --cache fm.h5 --out sweep-div --task classification --levels 1 --optimizer sgd --lr 1e38,0.01 \
+  --schedule constant --epochs 3 --quiet >/dev/null 2>div.err || fail "one diverging lr failed the grid: $(cat div.err)"
+[[ $(wc -l <div.err) -eq 1 ]] && grep -q "^embcache: warning: training diverged: the loss of linear levels=1 lr=1e+38 wd=0" div.err ||
+  fail "divergence warning: $(cat div.err)"
+"$PYTHON" - <<'PY' || fail "metrics of a grid with a diverged combination"
+import json
+m = json.load(open("sweep-div/metrics.json"))
+assert m["best"]["lr"] == 0.01 and m["test"]["accuracy"] > 0.3, m["best"]
+bad = [c for c in m["combinations"] if c["lr"] == 1e38][0]
+assert bad["diverged_epoch"] == 1 and bad["val"] == {} and bad["test"] == {}, bad
+assert any("diverged" in w for w in m["warnings"]), m.get("warnings")
+PY
 expect_error 2 "fpn combines several levels" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head fpn --levels 1
 expect_error 2 "level 2 is a vector" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head conv --levels 2
 sha_before=$(sha256sum fm.h5)

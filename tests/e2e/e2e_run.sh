@@ -222,6 +222,37 @@ expect_error 3 "edited/results.jsonl: line 2 has no \"group\"" "$EMBCACHE" repor
 sed -i 2d edited/results.jsonl
 expect_error 3 "edited/results.jsonl: line 2: \"lr\" is a string, not a number" "$EMBCACHE" report edited
 [[ ! -e edited/report.html ]] || fail "a refused report wrote report.html"
+# A learning rate that diverges costs only its own run: the others of the pass finish, the
+# study goes on, and the results say which run diverged.
+cat >diverge.json <<'JSON'
+{
+  "version": 1,
+  "output_dir": "out-diverge",
+  "precompute": [ { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5", "scale": 0.00392157 } ],
+  "probes": [
+    { "name": "sgd", "cache": "enc", "task": "classification", "levels": 1, "optimizer": "sgd", "schedule": "constant",
+      "lr": [1e38, 0.01], "epochs": 2 },
+    { "name": "after", "cache": "enc", "task": "classification", "levels": 0, "epochs": 1 }
+  ]
+}
+JSON
+"$EMBCACHE" run diverge.json >diverge.txt 2>diverge.err || fail "a diverging run stopped the study: $(cat diverge.err)"
+grep -q "warning: training diverged: the loss of linear levels=1 lr=1e+38 wd=0 is not finite in epoch 1; it has no result" diverge.err ||
+  fail "no divergence warning: $(cat diverge.err)"
+grep -q "sgd/lr=1e+38 (diverged in epoch 1)  *-  *-" diverge.txt || fail "results table: $(cat diverge.txt)"
+"$PYTHON" - <<'PY' || fail "results of a study with a diverged run"
+import csv, glob, json
+rows = {r["name"]: r for r in csv.DictReader(open("out-diverge/results.csv"))}
+assert set(rows) == {"sgd/lr=1e+38", "sgd/lr=0.01", "after"}, rows.keys()
+bad, good = rows["sgd/lr=1e+38"], rows["sgd/lr=0.01"]
+assert bad["diverged_epoch"] == "1" and bad["val_accuracy"] == "" and good["diverged_epoch"] == "", (bad, good)
+assert float(good["val_accuracy"]) > 0 and float(rows["after"]["val_accuracy"]) > 0
+[bad_dir] = glob.glob("out-diverge/runs/sgd/*1e_38*")
+assert not glob.glob(bad_dir + "/head.pt") and json.load(open(bad_dir + "/metrics.json"))["run"]["diverged_epoch"] == 1
+PY
+grep -q "(diverged in epoch 1)" out-diverge/report.html || fail "the report does not say which run diverged"
+echo "ok: a diverging learning rate costs only its own run"
+
 # The example studies in configs/ stay valid: each plans its runs against the demo data.
 mkdir -p examples/configs
 cp "$(dirname "$DEMO_DATA_PY")"/../configs/*.json examples/configs/

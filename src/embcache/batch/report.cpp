@@ -236,7 +236,9 @@ std::string write_report(const std::string& output_dir) {
     return v.is_null() ? std::string("-") : v.dump();
   };
   for (const auto& r : rows) {
-    html << "<tr><td class=\"t\">" << esc(r["name"].get<std::string>()) << "</td><td class=\"t\">" << cell(r["group"])
+    const std::string diverged =
+        r.contains("diverged_epoch") ? " (diverged in epoch " + r["diverged_epoch"].dump() + ")" : std::string();
+    html << "<tr><td class=\"t\">" << esc(r["name"].get<std::string>() + diverged) << "</td><td class=\"t\">" << cell(r["group"])
          << "</td><td class=\"t\">" << cell(r["cache"]) << "</td><td class=\"t\">" << cell(r["head"]) << "</td><td class=\"t\">"
          << cell(r["levels"]) << "</td><td>" << cell(r["lr"]) << "</td><td>" << cell(r["weight_decay"]) << "</td><td>"
          << cell(r["best_epoch"]) << "</td>";
@@ -291,7 +293,8 @@ std::string write_report(const std::string& output_dir) {
       const std::string key = (*r)["head"].get<std::string>() + " levels " + (*r)["levels"].get<std::string>();
       const double lr = (*r)["lr"].get<double>(), v = primary_value(*r, "val");
       auto& slot = by_series[key];
-      if (!slot.count(lr) || (higher ? v > slot[lr] : v < slot[lr])) slot[lr] = v;
+      // A run without a result (it diverged) has NaN: any finite value beats it.
+      if (!slot.count(lr) || std::isnan(slot[lr]) || (higher ? v > slot[lr] : v < slot[lr])) slot[lr] = v;
     }
     std::vector<Series> lr_series;
     for (const auto& [key, points] : by_series) {
@@ -309,9 +312,8 @@ std::string write_report(const std::string& output_dir) {
     for (const auto* r : mine) {
       const std::string lv = (*r)["levels"].get<std::string>();
       if (!best.count(lv)) level_sets.push_back(lv);
-      const double v = primary_value(*r, "val");
-      const bool better = best.count(lv) && (higher ? v > primary_value(*best[lv], "val")
-                                                    : v < primary_value(*best[lv], "val"));
+      const double v = primary_value(*r, "val"), held = best.count(lv) ? primary_value(*best[lv], "val") : NAN;
+      const bool better = best.count(lv) && (std::isnan(held) || (higher ? v > held : v < held));
       if (!best.count(lv) || better) best[lv] = r;
     }
     Series val_bars{"val", {}}, test_bars{"test", {}};

@@ -71,6 +71,7 @@ nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& m) {
   row["seconds"] = m["timing"]["train_seconds"];
   row["samples_per_second"] = m["timing"]["samples_per_second"];
   row["fused_runs"] = m["run"]["fused_runs"];
+  if (m["run"].contains("diverged_epoch")) row["diverged_epoch"] = m["run"]["diverged_epoch"];
   row["run_dir"] = run.options.out;
   return row;
 }
@@ -83,6 +84,8 @@ void write_results(const Study& study, const RunLedger& ledger) {
 
   // Columns: fixed, then options that vary anywhere, then every metric seen.
   std::vector<std::string> varying, val_metrics, test_metrics;
+  // A column for the epoch a run diverged in, when one did (its metrics are empty).
+  const bool diverged = std::any_of(rows.begin(), rows.end(), [](const nlohmann::json& r) { return r.contains("diverged_epoch"); });
   auto add_unique = [](std::vector<std::string>& v, const std::string& k) {
     if (std::find(v.begin(), v.end(), k) == v.end()) v.push_back(k);
   };
@@ -97,6 +100,7 @@ void write_results(const Study& study, const RunLedger& ledger) {
   for (const char* k : kFixed) csv << k << ",";
   for (const auto& k : varying) csv << k << ",";
   csv << "best_epoch,";
+  if (diverged) csv << "diverged_epoch,";
   for (const auto& k : val_metrics) csv << "val_" << k << ",";
   for (const auto& k : test_metrics) csv << "test_" << k << ",";
   csv << "seconds,samples_per_second,fused_runs,run_dir\n";
@@ -104,6 +108,7 @@ void write_results(const Study& study, const RunLedger& ledger) {
     for (const char* k : kFixed) csv << csv_cell(row[k]) << ",";
     for (const auto& k : varying) csv << csv_cell(row["varying"].value(k, nlohmann::json(nullptr))) << ",";
     csv << csv_cell(row["best_epoch"]) << ",";
+    if (diverged) csv << csv_cell(row.value("diverged_epoch", nlohmann::json(nullptr))) << ",";
     for (const auto& k : val_metrics) csv << csv_cell(row["val"].value(k, nlohmann::json(nullptr))) << ",";
     for (const auto& k : test_metrics) csv << csv_cell(row["test"].value(k, nlohmann::json(nullptr))) << ",";
     csv << csv_cell(row["seconds"]) << "," << csv_cell(row["samples_per_second"]) << "," << csv_cell(row["fused_runs"])
@@ -130,8 +135,13 @@ std::string results_text(const Study& study, const RunLedger& ledger, const std:
       return higher ? va > vb : va < vb;
     });
     const std::string metric = mine.front().value("primary_metric", std::string("?"));
+    const auto label = [](const nlohmann::json& row) {
+      std::string name = row["name"].get<std::string>();
+      if (row.contains("diverged_epoch")) name += " (diverged in epoch " + row["diverged_epoch"].dump() + ")";
+      return name;
+    };
     std::size_t width = 4;
-    for (const auto& row : mine) width = std::max(width, row["name"].get<std::string>().size());
+    for (const auto& row : mine) width = std::max(width, label(row).size());
     out << group << " (best first by val " << metric << ")\n";
     const int col = int(std::max<std::size_t>(10, metric.size() + 6));
     out << "  " << std::left << std::setw(int(width)) << "run" << "  " << std::right << std::setw(col) << ("val " + metric)
@@ -144,7 +154,7 @@ std::string results_text(const Study& study, const RunLedger& ledger, const std:
         else c << std::fixed << std::setprecision(4) << v;
         return c.str();
       };
-      out << "  " << std::left << std::setw(int(width)) << row["name"].get<std::string>() << "  " << std::right
+      out << "  " << std::left << std::setw(int(width)) << label(row) << "  " << std::right
           << std::setw(col) << cell("val") << std::setw(col) << cell("test") << std::setw(7) << row["best_epoch"].dump() << "\n";
     }
   }

@@ -132,6 +132,7 @@ nlohmann::json run_metrics(const nlohmann::json& pass, const ProbeRun& run, cons
   j["history"] = c.history;
   j.erase("combinations");
   j["run"] = {{"name", run.name}, {"id", run.id}, {"group", run.group}, {"fused_runs", fused}};
+  if (c.diverged_epoch > 0) j["run"]["diverged_epoch"] = c.diverged_epoch;
   return j;
 }
 
@@ -279,8 +280,10 @@ void run_study(const RunStudyOptions& options) {
         const nlohmann::json m = run_metrics(*c.run_metrics, run, c, pass.runs.size());
         write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
         write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
-        c.save_head(run.options.out + "/head.pt.tmp");
-        fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
+        if (c.best_epoch > 0) {  // a run that diverged before its first finite epoch has no head
+          c.save_head(run.options.out + "/head.pt.tmp");
+          fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
+        }
         rows.push_back(result_row(run, m));
         written[r] = true;
       }

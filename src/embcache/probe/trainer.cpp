@@ -4,6 +4,7 @@
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -44,10 +45,15 @@ struct Combination {
   double best_value = NAN;
   nlohmann::json best_val;
   std::int64_t epochs_since_best = 0;
+  std::int64_t diverged_epoch = 0;  // the epoch its training loss stopped being finite (0: never)
   std::vector<at::Tensor> best_state;
   nlohmann::json test;
   nlohmann::json test_ci;
 };
+
+std::string divergence(const Combination& c) {
+  return "training diverged: the loss of " + c.id + " is not finite in epoch " + std::to_string(c.diverged_epoch);
+}
 
 struct Bank {
   HeadBank heads;
@@ -556,8 +562,15 @@ class Trainer {
           if (!c.active) continue;
           const double loss = mean_loss[g].item<double>();
           if (!std::isfinite(loss)) {
-            throw InputError("training diverged: the loss of " + c.id + " is not finite in epoch " + std::to_string(epoch) +
-                             "; lower its learning rate (or check the features for NaN)");
+            // One diverging learning rate of a sweep must not cost the others: this combination
+            // stops, and keeps its best epoch before the divergence if it had one.
+            c.active = false;
+            c.diverged_epoch = epoch;
+            warnings_.push_back(divergence(c) + (c.best_state.empty() ? "; it has no result"
+                                                                      : "; its best epoch before that, " +
+                                                                            std::to_string(c.best_epoch) + ", stays a candidate") +
+                                "; lower its learning rate (or check the features for NaN)");
+            continue;
           }
           nlohmann::json metrics = val[i].result(g);
           const double value = val[i].primary(g);
@@ -596,6 +609,12 @@ class Trainer {
     for (auto& c : combos) {
       if (!c.best_state.empty()) banks[c.bank].heads.load_member_state(c.member, c.best_state);
     }
+    if (std::all_of(combos.begin(), combos.end(), [](const Combination& c) { return c.diverged_epoch > 0 && c.best_state.empty(); })) {
+      throw InputError(divergence(combos.front()) + (combos.size() > 1 ? ", and every other combination diverged too" : "") +
+                       "; lower the learning rate (or check the features for NaN)");
+    }
+    // Shown once training has a result (an error is one line): with --quiet too, like the data's.
+    for (const auto& warning : warnings_) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
     best = 0;
     for (std::size_t i = 0; i < combos.size(); ++i) {
       const double v = combos[i].best_value, b = combos[best].best_value;
@@ -608,6 +627,7 @@ class Trainer {
     if (test_feed) {
       auto test = evaluate(banks, *test_feed, data);
       for (auto& c : combos) {
+        if (c.best_state.empty()) continue;  // diverged before its first finite epoch: its weights are not finite
         c.test = test[c.bank].result(c.member);
         // Intervals for every combination: resampling reuses the per-image records, so it is cheap.
         if (options.bootstrap > 0) c.test_ci = test[c.bank].bootstrap(c.member, options.bootstrap, options.seed);
@@ -649,8 +669,9 @@ class Trainer {
     for (const auto& c : combos) {
       nlohmann::json row = {{"combination", c.id}, {"head", head_name(c.head.type)}, {"levels", c.head.levels},
                             {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch},
-                            {"val", c.best_val}, {"test", c.test.is_null() ? nlohmann::json::object() : c.test}};
+                            {"val", c.best_val.is_null() ? nlohmann::json::object() : c.best_val}, {"test", c.test.is_null() ? nlohmann::json::object() : c.test}};
       if (!c.test_ci.is_null()) row["test_ci95"] = c.test_ci;
+      if (c.diverged_epoch > 0) row["diverged_epoch"] = c.diverged_epoch;
       grid.push_back(row);
     }
     j["combinations"] = grid;
@@ -676,7 +697,9 @@ class Trainer {
     data_json["bytes_needed_resident"] = needed;
     data_json["peak_rss_bytes"] = peak_rss_bytes();
     j["data"] = data_json;
-    if (!data_->warnings().empty()) j["warnings"] = data_->warnings();
+    std::vector<std::string> warnings = data_->warnings();
+    warnings.insert(warnings.end(), warnings_.begin(), warnings_.end());
+    if (!warnings.empty()) j["warnings"] = warnings;
 
     write_text_atomically(options.out + "/history.csv", history_csv(j), "--out");
     write_text_atomically(options.out + "/metrics.json", j.dump(2) + "\n", "--out");
@@ -692,7 +715,8 @@ class Trainer {
         outcome.lr = c.lr;
         outcome.weight_decay = c.weight_decay;
         outcome.best_epoch = c.best_epoch;
-        outcome.val = c.best_val;
+        outcome.diverged_epoch = c.diverged_epoch;
+        outcome.val = c.best_val.is_null() ? nlohmann::json::object() : c.best_val;
         outcome.test = c.test.is_null() ? nlohmann::json::object() : c.test;
         outcome.test_ci95 = c.test_ci;
         outcome.best = i == best;
@@ -725,6 +749,7 @@ class Trainer {
 
   const ProbeOptions& options;
   const ProbeHooks& hooks;
+  std::vector<std::string> warnings_;  // of the training itself (diverged combinations)
   Clock::time_point t_start;
   ProbeTask task = ProbeTask::kClassification;
   OptimizerKind optimizer = OptimizerKind::kAdamW;
