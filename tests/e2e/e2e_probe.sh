@@ -63,12 +63,19 @@ done
 import json
 h, s = (json.load(open(f"{t}/metrics.json")) for t in ("host", "stream"))
 d = s["data"]
-assert d["tier"] == "stream" and d["bytes_resident"] == 0 and 0 < d["block_row_utilization"] <= 1, d
-assert h["data"]["tier"] == "host", h["data"]
+# Val (500 rows of 16x14x14 float16) fits a third of the budget: held in memory, read once.
+assert d["tier"] == "stream" and d["val_tier"] == "host" and d["bytes_resident"] == 500 * 16 * 14 * 14 * 2, d
+assert 0 < d["block_row_utilization"] <= 1, d
+assert h["data"]["tier"] == "host" and h["data"]["val_tier"] == "host", h["data"]
 a, b = h["test"]["accuracy"], s["test"]["accuracy"]
 print(f"test accuracy: host tier {a:.3f}, stream tier {b:.3f} (read {d['bytes_read']/1e6:.0f} MB)")
 assert abs(a - b) <= 0.03 and b > 0.3
 PY
+# A budget whose third cannot hold val: val streams too, and the run still trains.
+"$EMBCACHE" train-probe --cache fm.h5 --out stream-val --task classification --levels 0 --head conv --hidden 32 \
+  --conv-blocks 1 --tier stream --host-memory-budget 9M --batch-size 128 --epochs 1 --lr 1e-2 --quiet
+"$PYTHON" -c 'import json; d = json.load(open("stream-val/metrics.json"))["data"]; assert d["val_tier"] == "stream" and d["bytes_resident"] == 0, d' ||
+  fail "val streamed under a small budget"
 
 # Segmentation: conv and fpn reach a high mIoU on shapes with known masks; head.pt agrees.
 probe segdata seg.h5 --n 600

@@ -429,6 +429,7 @@ class Trainer {
       const std::int64_t free = free_gpu_bytes(device.index() < 0 ? 0 : device.index());
       gpu_budget = budget_bytes(options.gpu_memory_budget, free > 0 ? free / 2 : 0, "--gpu-memory-budget");
     }
+    val_tier = FeedTier::kStream;  // set with the tier below, unless streaming keeps val in memory
     if (options.tier == "gpu" || (options.tier == "auto" && device.is_cuda() && needed <= gpu_budget)) {
       tier = FeedTier::kGpu;
       if (needed > gpu_budget) {
@@ -444,6 +445,7 @@ class Trainer {
     } else {
       tier = FeedTier::kStream;
     }
+    if (tier != FeedTier::kStream) val_tier = tier;
     // Stream: a third of the host budget is the shuffle buffer; while it refills, the blocks read
     // and the buffer briefly coexist, and the rest covers queued batches.
     buffer_bytes = host_budget / 3;
@@ -459,10 +461,19 @@ class Trainer {
                          format_bytes(double(batch_bytes)) + " for a few batches of " + std::to_string(options.batch_size) +
                          " rows; " + advice);
       }
+      // Validation runs every epoch, and its rows usually share blocks with train rows (a
+      // --val-fraction carve, interleaved windows): streamed, it would read most of the cache
+      // again each epoch. Held in memory when it takes at most a third of the budget; the
+      // stream shares the rest.
+      const std::int64_t val_bytes = row_bytes * data.val().size();
+      if (val_bytes <= host_budget / 3 && batch_bytes <= host_budget - val_bytes) {
+        val_tier = FeedTier::kHost;
+        buffer_bytes = (host_budget - val_bytes) / 3;
+      }
     }
     const auto t_load = Clock::now();
     train_feed = std::make_unique<FeatureFeed>(data, 0, columns, tier, device, options.batch_size, buffer_bytes);
-    val_feed = std::make_unique<FeatureFeed>(data, 1, columns, tier, device, options.batch_size, buffer_bytes);
+    val_feed = std::make_unique<FeatureFeed>(data, 1, columns, val_tier, device, options.batch_size, buffer_bytes);
     if (data.test().size() > 0) {
       test_feed = std::make_unique<FeatureFeed>(data, 2, columns, tier, device, options.batch_size, buffer_bytes);
     }
@@ -693,6 +704,7 @@ class Trainer {
     nlohmann::json data_json = total.to_json(tier);
     data_json["wait_fraction"] = train_seconds > 0 ? (train_feed->stats().wait_seconds - wait_before_training) / train_seconds : 0.0;
     data_json["host_memory_budget"] = host_budget;
+    data_json["val_tier"] = tier_name(val_tier);
     if (device.is_cuda()) data_json["gpu_memory_budget"] = gpu_budget;
     data_json["bytes_needed_resident"] = needed;
     data_json["peak_rss_bytes"] = peak_rss_bytes();
@@ -768,6 +780,7 @@ class Trainer {
   // The data tier.
   std::int64_t row_bytes = 0, total_rows = 0, needed = 0, host_budget = 0, gpu_budget = 0, buffer_bytes = 0;
   FeedTier tier = FeedTier::kHost;
+  FeedTier val_tier = FeedTier::kHost;  // the tier, or host when streaming keeps val in memory
   std::unique_ptr<FeatureFeed> train_feed, val_feed, test_feed;
   double load_seconds = 0;
   // Training.
