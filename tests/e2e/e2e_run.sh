@@ -253,6 +253,34 @@ PY
 grep -q "(diverged in epoch 1)" out-diverge/report.html || fail "the report does not say which run diverged"
 echo "ok: a diverging learning rate costs only its own run"
 
+# Results follow the cache: when a precompute changes rows (here one window's pixels), the
+# finished runs that read its cache run again; otherwise a rerun trains nothing.
+cp data/fashion_mnist.h5 grow.h5
+cat >grow.json <<'JSON'
+{
+  "version": 1,
+  "output_dir": "out-grow",
+  "precompute": [ { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "grow.h5", "scale": 0.00392157 } ],
+  "probes": [ { "name": "lin", "cache": "enc", "task": "classification", "levels": 1, "epochs": 1 } ]
+}
+JSON
+"$EMBCACHE" run grow.json >grow1.txt 2>&1 || fail "grow study: $(cat grow1.txt)"
+"$EMBCACHE" run grow.json >grow2.txt 2>&1 || fail "grow study rerun: $(cat grow2.txt)"
+grep -q "1 probe run (1 finished, 0 to run" grow2.txt || fail "an unchanged cache reran runs: $(cat grow2.txt)"
+"$PYTHON" -c 'import h5py; f = h5py.File("grow.h5", "r+"); f["images"][3] = 255 - f["images"][3]'
+"$EMBCACHE" run grow.json >grow3.txt 2>&1 || fail "grow study after a change: $(cat grow3.txt)"
+grep -q "1 more finished run was trained on rows the precomputes just changed; it runs again" grow3.txt &&
+  grep -q "== pass 1/1: lin" grow3.txt || fail "a changed cache did not rerun its runs: $(cat grow3.txt)"
+"$PYTHON" - <<'PY' || fail "the ledger records the content a run was trained on"
+import h5py, json
+rows = [r for r in map(json.loads, open("out-grow/ledger.jsonl")) if "id" in r]
+assert len(rows) == 2 and rows[0]["cache_content"] != rows[1]["cache_content"], rows
+assert rows[1]["cache_content"] == h5py.File("out-grow/caches/enc.h5")["/"].attrs["content_id"], rows[1]
+PY
+"$EMBCACHE" run grow.json --dry-run >grow4.txt 2>&1 && grep -q "1 probe run (1 finished, 0 to run" grow4.txt ||
+  fail "after the rerun, nothing should be stale: $(cat grow4.txt)"
+echo "ok: runs trained on rows a precompute changed run again, and only those"
+
 # The example studies in configs/ stay valid: each plans its runs against the demo data.
 mkdir -p examples/configs
 cp "$(dirname "$DEMO_DATA_PY")"/../configs/*.json examples/configs/

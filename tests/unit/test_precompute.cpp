@@ -115,6 +115,9 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   }
   CHECK(j["stage_cpu_seconds"]["write"].get<double>() > 0);
   const auto before = fs::last_write_time(s.cache);
+  const auto content = CacheFileReader(s.cache).content_id();
+  REQUIRE(content);
+  CHECK(content->size() == 32);
   REQUIRE(count_calls(s.options(), &second) == 0);
   REQUIRE(second.crops_skipped == 24);
   REQUIRE(second.crops_computed == 0);
@@ -126,6 +129,7 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   CHECK(!contains(second.one_line(), "crops/s"));
   CHECK(contains(second.one_line(), "nothing to encode on cpu"));
   CacheFileReader reader(s.cache);
+  CHECK(reader.content_id() == content);  // same rows, same content id
   REQUIRE(reader.rows() == 24);
   REQUIRE(reader.levels().size() == 3);
   REQUIRE(reader.label_kinds().has_mask);
@@ -144,6 +148,7 @@ TEST_CASE("new windows are computed, old ones skipped") {
   PrecomputeOptions o = s.options();
   o.dataset = s.dir.file("six.h5");
   count_calls(o);
+  const auto six = CacheFileReader(s.cache).content_id();
   o.dataset = s.dir.file("eight.h5");
   PrecomputeSummary summary;
   count_calls(o, &summary);
@@ -152,6 +157,7 @@ TEST_CASE("new windows are computed, old ones skipped") {
   REQUIRE(summary.crops_stale == 0);
   CacheFileReader after(s.cache);
   REQUIRE(after.rows() == 32);
+  CHECK(after.content_id() != six);  // new rows, new content id
   // A corrected label is a change too: the window's crops are recomputed, not left stale.
   spec.labels[7] = 0;
   testing::write_array_dataset(s.dir.file("eight.h5"), spec);
@@ -159,6 +165,7 @@ TEST_CASE("new windows are computed, old ones skipped") {
   REQUIRE(summary.crops_stale == 4);
   CacheFileReader relabelled(s.cache);
   REQUIRE(relabelled.rows() == 32);
+  CHECK(relabelled.content_id() != after.content_id());
   REQUIRE(relabelled.read_rows(0, 32).label_class.slice(0, 28, 32).eq(0).all().item<bool>());
 }
 
@@ -293,6 +300,7 @@ TEST_CASE("a cache is marked complete only by a run that finished; a finished re
   const StoreArgs args(full);
   const RowBatch all = full.read_rows(0, 24);
   fs::remove(s.cache);
+  std::optional<std::string> recovered_content;
   {
     // Killed after committing its last crop, before the rename.
     auto store = args.open(s.cache);
@@ -307,11 +315,13 @@ TEST_CASE("a cache is marked complete only by a run that finished; a finished re
     REQUIRE(store->recovered_rows() == 24);
     CHECK(CacheFileReader(s.cache).complete() == false);
     CHECK(contains(cache_shortfall(CacheFileReader(s.cache)), "was interrupted, so crops are missing"));
+    recovered_content = CacheFileReader(s.cache).content_id();
     const ConsolidateStats stats = store->consolidate(/*complete=*/true);
     CHECK(stats.copied_rows == 24);
   }
   CacheFileReader after(s.cache);
   CHECK(after.complete() == true);
+  CHECK(after.content_id() == recovered_content);  // the copy that clears the mark changes no row
   CHECK(after.rows() == 24);
   const RowBatch again = after.read_rows(0, 24);
   for (std::size_t i = 0; i < all.levels.size(); ++i) REQUIRE(at::equal(again.levels[i], all.levels[i]));

@@ -178,19 +178,46 @@ void run_study(const RunStudyOptions& options) {
                                       "output_dir must be writable");
   }
   RunLedger ledger(study.output_dir, study.version);
-  std::vector<std::size_t> pending;
-  std::size_t finished = 0, selected_runs = 0;
-  for (std::size_t i = 0; i < study.runs.size(); ++i) {
-    if (!selected_groups.count(study.runs[i].group)) continue;
-    ++selected_runs;
-    if (ledger.finished(study.runs[i].id) && !options.force) {
-      ++finished;
-    } else {
-      pending.push_back(i);
+  // What each run's caches hold now (their content ids): a finished run trained on other rows
+  // (a dataset grew, pixels changed, a cache was rebuilt) is stale and runs again.
+  std::map<std::string, std::string> content_memo;
+  auto content_of = [&](const ProbeOptions& o) {
+    std::string content;
+    for (const auto& cache : o.caches) {
+      auto [it, fresh] = content_memo.try_emplace(cache);
+      if (fresh) {
+        try {
+          if (fs::exists(cache)) it->second = CacheFileReader(cache).content_id().value_or("");
+        } catch (const Error&) {  // unreadable: not what any run was trained on; the pass will say why
+        }
+      }
+      content += (content.empty() ? "" : ",") + it->second;
     }
-  }
+    return content;
+  };
+  std::vector<std::size_t> pending;
   std::vector<Pass> passes;
-  {
+  std::size_t finished = 0, stale = 0, selected_runs = 0;
+  auto plan = [&] {
+    pending.clear();
+    passes.clear();
+    finished = stale = selected_runs = 0;
+    for (std::size_t i = 0; i < study.runs.size(); ++i) {
+      const ProbeRun& run = study.runs[i];
+      if (!selected_groups.count(run.group)) continue;
+      ++selected_runs;
+      bool current = ledger.finished(run.id) && !options.force;
+      if (current && ledger.row(run.id).contains("cache_content") &&
+          ledger.row(run.id)["cache_content"] != content_of(run.options)) {
+        current = false;
+        ++stale;
+      }
+      if (current) {
+        ++finished;
+      } else {
+        pending.push_back(i);
+      }
+    }
     std::map<std::string, std::vector<std::size_t>> buckets;
     std::vector<std::string> order;
     for (auto r : pending) {
@@ -199,12 +226,17 @@ void run_study(const RunStudyOptions& options) {
       buckets[key].push_back(r);
     }
     for (const auto& key : order) add_passes(study, buckets[key], &passes);
-  }
+  };
+  plan();
 
   std::printf("%s: %zu precompute%s, %zu probe run%s (%zu finished, %zu to run in %zu train-probe pass%s) -> %s\n",
               study.path.c_str(), selected_pre.size(), selected_pre.size() == 1 ? "" : "s", selected_runs,
               selected_runs == 1 ? "" : "s", finished, pending.size(), passes.size(), passes.size() == 1 ? "" : "es",
               study.output_dir.c_str());
+  if (stale > 0) {
+    std::printf("%zu finished run%s trained on rows %s cache no longer holds; %s again\n", stale,
+                stale == 1 ? " was" : "s were", stale == 1 ? "its" : "their", stale == 1 ? "it runs" : "they run");
+  }
   if (options.dry_run) {
     for (const auto& p : study.precomputes) {
       if (!selected_pre.count(p.name)) continue;
@@ -247,6 +279,18 @@ void run_study(const RunStudyOptions& options) {
     }
   }
 
+  // The precomputes may have changed rows that finished runs were trained on.
+  {
+    const std::size_t stale_before = stale;
+    content_memo.clear();
+    plan();
+    if (stale > stale_before) {
+      std::printf("%zu more finished run%s trained on rows the precomputes just changed; %s again\n",
+                  stale - stale_before, stale - stale_before == 1 ? " was" : "s were",
+                  stale - stale_before == 1 ? "it runs" : "they run");
+    }
+  }
+
   // The caches exist now: a level or a label a pass needs and its cache lacks stops the study
   // before any pass trains, not after the passes before it have.
   for (const Pass& pass : passes) {
@@ -267,6 +311,7 @@ void run_study(const RunStudyOptions& options) {
     std::fflush(stdout);
     std::vector<nlohmann::json> rows;
     std::map<std::size_t, bool> written;
+    const std::string trained_on = content_of(pass.options);
     ProbeHooks hooks;
     hooks.on_combination = [&](const CombinationOutcome& c) {
       for (auto r : pass.runs) {
@@ -285,6 +330,7 @@ void run_study(const RunStudyOptions& options) {
           fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
         }
         rows.push_back(result_row(run, m));
+        rows.back()["cache_content"] = trained_on;
         written[r] = true;
       }
     };

@@ -47,6 +47,7 @@ nlohmann::json inspect_cache(const std::string& path) {
   j["file_bytes"] = std::int64_t(fs::file_size(path));
   j["pending_segments"] = pending;
   j["complete"] = reader.complete() ? nlohmann::json(*reader.complete()) : nlohmann::json(nullptr);
+  j["content_id"] = reader.content_id() ? nlohmann::json(*reader.content_id()) : nlohmann::json(nullptr);
   j["writer_active"] = fs::exists(path + ".lock");
   const CacheIndex index = reader.read_index();
   std::map<std::string, std::int64_t> splits;

@@ -55,6 +55,7 @@ CacheFileReader::CacheFileReader(std::string path) : path_(std::move(path)) {
   }
   version_ = h5::read_attr_string(file_.get(), "embcache_version").value_or("?");
   if (const auto complete = h5::read_attr_int(file_.get(), "complete")) complete_ = *complete != 0;
+  content_id_ = h5::read_attr_string(file_.get(), "content_id");
   storage_.dtype = parse_storage_dtype(signature_.value("dtype", std::string("float32")));
   storage_.compression =
       Compression::parse(h5::read_attr_string(file_.get(), "compression").value_or("none"));

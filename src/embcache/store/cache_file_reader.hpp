@@ -34,6 +34,9 @@ class CacheFileReader : public RowSource {
   // The root attribute `complete`: false when the run that wrote the file was interrupted, so
   // it lacks crops; nullopt for caches written before embcache recorded it.
   std::optional<bool> complete() const { return complete_; }
+  // The root attribute `content_id`, which changes whenever the rows do; nullopt for caches
+  // written before embcache recorded it.
+  const std::optional<std::string>& content_id() const { return content_id_; }
   hid_t file() const { return file_.get(); }
 
   CacheIndex read_index() const override;
@@ -62,6 +65,7 @@ class CacheFileReader : public RowSource {
   StorageOptions storage_;
   std::string version_;
   std::optional<bool> complete_;
+  std::optional<std::string> content_id_;
   std::int64_t rows_ = 0;
 };
 

@@ -352,6 +352,8 @@ void CacheFileWriter::set_complete(bool complete) {
   h5::write_attr(file_.get(), "complete", std::int64_t(complete ? 1 : 0));
 }
 
+void CacheFileWriter::set_content_id(const std::string& id) { h5::write_attr(file_.get(), "content_id", id); }
+
 void CacheFileWriter::close() {
   if (!file_) return;
   flush_index();

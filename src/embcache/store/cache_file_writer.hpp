@@ -35,6 +35,9 @@ class CacheFileWriter {
   // Records whether the run that wrote this file finished every crop it was asked for (root
   // attribute `complete`, 1 or 0); readers warn about a cache an interrupted run left short.
   void set_complete(bool complete);
+  // Names the rows this file holds (root attribute `content_id`): a new random id whenever the
+  // rows change, so a study can tell that probes were trained on an earlier content.
+  void set_content_id(const std::string& id);
   // Flushes and closes; throws on failure (the file must then be discarded).
   void close();
   // Asks the kernel to start writing the file's dirty pages now, without waiting, so that the

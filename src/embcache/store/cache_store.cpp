@@ -7,7 +7,9 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <cstdio>
 #include <filesystem>
+#include <random>
 
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
@@ -19,6 +21,14 @@ namespace fs = std::filesystem;
 
 namespace embcache {
 namespace {
+
+// 128 random bits in hex: a new name for a new set of rows.
+std::string new_content_id() {
+  std::random_device device;
+  char text[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(text + 8 * i, 9, "%08x", unsigned(device()));
+  return text;
+}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -193,7 +203,7 @@ void CacheStore::recover(const std::vector<std::string>& records) {
   }
   if (!existing_levels_.empty()) adopt_levels(existing_levels_);
   records_ = records;
-  merge_into_cache(std::move(sources), /*complete=*/false);  // the run that made them was cut short
+  merge_into_cache(std::move(sources), /*complete=*/false, new_content_id());  // the run that made them was cut short
   recovered_rows_ = rows;
 }
 
@@ -354,8 +364,10 @@ ConsolidateStats CacheStore::consolidate(bool complete) {
     // in place could damage the file if we died midway, so the cache is copied, once.
     if (complete && main_exists_ && CacheFileReader(path_).complete() == false) {
       std::vector<std::unique_ptr<RowSource>> sources;
-      sources.push_back(std::make_unique<CacheFileReader>(path_));
-      stats = merge_into_cache(std::move(sources), /*complete=*/true);
+      auto cache = std::make_unique<CacheFileReader>(path_);
+      const std::string same_rows = cache->content_id().value_or(new_content_id());
+      sources.push_back(std::move(cache));
+      stats = merge_into_cache(std::move(sources), /*complete=*/true, same_rows);
       stats.superseded_rows = 0;
       stats.bytes = std::int64_t(fs::file_size(path_));
       stats.seconds = now_seconds() - started;
@@ -365,7 +377,9 @@ ConsolidateStats CacheStore::consolidate(bool complete) {
   stats.superseded_rows = superseded_;
   // Rows not yet committed need no record: the rename below commits them with the rest (a
   // crash before it loses only them, as a crash before any commit would).
+  const std::string content_id = new_content_id();
   next_->set_complete(complete);
+  next_->set_content_id(content_id);
   next_->close();
   stats.rows = next_->rows();
   next_.reset();
@@ -374,7 +388,7 @@ ConsolidateStats CacheStore::consolidate(bool complete) {
   } else {
     std::vector<std::unique_ptr<RowSource>> sources;
     sources.push_back(std::make_unique<CacheFileReader>(next_path_));
-    const ConsolidateStats merged = merge_into_cache(std::move(sources), complete);
+    const ConsolidateStats merged = merge_into_cache(std::move(sources), complete, content_id);
     stats.rows = merged.rows;
     stats.copied_rows = merged.copied_rows;
   }
@@ -383,7 +397,8 @@ ConsolidateStats CacheStore::consolidate(bool complete) {
   return stats;
 }
 
-ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete) {
+ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete,
+                                              const std::string& content_id) {
   ConsolidateStats stats;
   // The newest row of each key wins: a recomputed (stale-pixel) crop replaces the old row.
   std::vector<std::vector<char>> keep(sources.size());
@@ -423,6 +438,7 @@ ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSou
     stats.rows = writer.rows();
     stats.copied_rows = writer.rows();
     writer.set_complete(complete);
+    writer.set_content_id(content_id);
     writer.close();
     sources.clear();
   } catch (...) {

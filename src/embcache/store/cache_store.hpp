@@ -87,7 +87,8 @@ class CacheStore {
   void recover(const std::vector<std::string>& records);
   void start_building();
   // Merges `sources` (newest row of a key wins) into a new file with the cache's storage.
-  ConsolidateStats merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete);
+  ConsolidateStats merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete,
+                                    const std::string& content_id);
   // Syncs `file`, renames it over the cache and removes the run's commit records.
   void install_as_cache(const std::string& file);
   void remove_run_files();
