@@ -280,6 +280,11 @@ PY
 "$EMBCACHE" run grow.json --dry-run >grow4.txt 2>&1 && grep -q "1 probe run (1 finished, 0 to run" grow4.txt ||
   fail "after the rerun, nothing should be stale: $(cat grow4.txt)"
 echo "ok: runs trained on rows a precompute changed run again, and only those"
+# An entry edited so that its cache no longer matches: the advice fits a study (no --overwrite,
+# whose JSON twin would rebuild the cache at every rerun).
+sed -i 's/"scale": 0.00392157/"scale": 0.5/' grow.json
+expect_error 3 'grow.json: precompute "enc": .*enc.h5: this cache was made with a different preprocessing; delete it to rebuild it with this entry' \
+  "$EMBCACHE" run grow.json
 
 # The example studies in configs/ stay valid: each plans its runs against the demo data.
 mkdir -p examples/configs

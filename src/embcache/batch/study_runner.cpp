@@ -21,6 +21,7 @@
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/trainer.hpp"
 #include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_store.hpp"
 #include "embcache/store/h5.hpp"
 
 namespace embcache {
@@ -271,7 +272,15 @@ void run_study(const RunStudyOptions& options) {
     fs::create_directories(fs::path(p.options.out).parent_path(), ec);
     std::printf("== precompute %s ==\n", p.name.c_str());
     std::fflush(stdout);
-    const PrecomputeSummary summary = run_precompute(p.options);
+    PrecomputeSummary summary;
+    try {
+      summary = run_precompute(p.options);
+    } catch (const SignatureMismatch& e) {
+      // "overwrite": true would rebuild the cache, and retrain its runs, at every rerun.
+      throw InputError(study.path + ": precompute \"" + p.name + "\": " + e.mismatch +
+                       "; delete it to rebuild it with this entry's options (the runs that read it then train "
+                       "again), or give the entry another \"out\"" + e.note);
+    }
     std::printf("%s\n", summary.one_line().c_str());
     std::fflush(stdout);
     if (summary.interrupted) {

@@ -159,11 +159,10 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
       // A re-export of the same model is the common surprise: TorchScript writes a module's
       // constants in Python's string-hash order, which changes from one Python process to the next.
       const bool encoder_file = std::find(differences.begin(), differences.end(), "encoder_sha256") != differences.end();
-      throw InputError(path_ + ": this cache was made with a different " + fields +
-                       "; use another --out, or --overwrite to rebuild it" +
-                       (encoder_file ? " (a re-exported encoder is a different file unless exported with "
-                                       "PYTHONHASHSEED=0 set)"
-                                     : ""));
+      throw SignatureMismatch(path_ + ": this cache was made with a different " + fields,
+                              encoder_file ? " (a re-exported encoder is a different file unless exported with "
+                                             "PYTHONHASHSEED=0 set)"
+                                           : "");
     }
     storage_.compression = reader.storage().compression;  // a cache keeps its compression
     existing_levels_ = reader.levels();

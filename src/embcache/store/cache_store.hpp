@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <vector>
 
+#include "embcache/core/error.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 #include "embcache/store/cache_schema.hpp"
@@ -25,6 +26,16 @@ struct CommitPolicy {
   double segment_seconds = 30.0;                         // ... or is this old
   bool fsync = true;                                     // survive power loss, not only SIGKILL
   bool drop_behind = false;                              // evict written pages once on disk
+};
+
+// An existing cache made with another signature. The message gives precompute's advice
+// (--out, --overwrite); `embcache run` words its own from `mismatch` and `note`.
+class SignatureMismatch : public InputError {
+ public:
+  SignatureMismatch(const std::string& mismatch, const std::string& note)
+      : InputError(mismatch + "; use another --out, or --overwrite to rebuild it" + note), mismatch(mismatch), note(note) {}
+  std::string mismatch;  // "CACHE: this cache was made with a different FIELDS"
+  std::string note;      // "" or " (a re-exported encoder is ...)"
 };
 
 struct ConsolidateStats {
