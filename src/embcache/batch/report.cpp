@@ -236,9 +236,7 @@ std::string write_report(const std::string& output_dir) {
     return v.is_null() ? std::string("-") : v.dump();
   };
   for (const auto& r : rows) {
-    const std::string diverged =
-        r.contains("diverged_epoch") ? " (diverged in epoch " + r["diverged_epoch"].dump() + ")" : std::string();
-    html << "<tr><td class=\"t\">" << esc(r["name"].get<std::string>() + diverged) << "</td><td class=\"t\">" << cell(r["group"])
+    html << "<tr><td class=\"t\">" << esc(run_label(r)) << "</td><td class=\"t\">" << cell(r["group"])
          << "</td><td class=\"t\">" << cell(r["cache"]) << "</td><td class=\"t\">" << cell(r["head"]) << "</td><td class=\"t\">"
          << cell(r["levels"]) << "</td><td>" << cell(r["lr"]) << "</td><td>" << cell(r["weight_decay"]) << "</td><td>"
          << cell(r["best_epoch"]) << "</td>";

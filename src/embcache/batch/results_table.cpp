@@ -50,6 +50,12 @@ double primary_value(const nlohmann::json& row, const char* split) {
   return v.is_number() ? v.get<double>() : NAN;
 }
 
+std::string run_label(const nlohmann::json& row) {
+  std::string name = row["name"].get<std::string>();
+  if (row.contains("diverged_epoch")) name += " (diverged in epoch " + row["diverged_epoch"].dump() + ")";
+  return name;
+}
+
 nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& m) {
   nlohmann::json row;
   row["name"] = run.name;
@@ -135,13 +141,8 @@ std::string results_text(const Study& study, const RunLedger& ledger, const std:
       return higher ? va > vb : va < vb;
     });
     const std::string metric = mine.front().value("primary_metric", std::string("?"));
-    const auto label = [](const nlohmann::json& row) {
-      std::string name = row["name"].get<std::string>();
-      if (row.contains("diverged_epoch")) name += " (diverged in epoch " + row["diverged_epoch"].dump() + ")";
-      return name;
-    };
     std::size_t width = 4;
-    for (const auto& row : mine) width = std::max(width, label(row).size());
+    for (const auto& row : mine) width = std::max(width, run_label(row).size());
     out << group << " (best first by val " << metric << ")\n";
     const int col = int(std::max<std::size_t>(10, metric.size() + 6));
     out << "  " << std::left << std::setw(int(width)) << "run" << "  " << std::right << std::setw(col) << ("val " + metric)
@@ -154,7 +155,7 @@ std::string results_text(const Study& study, const RunLedger& ledger, const std:
         else c << std::fixed << std::setprecision(4) << v;
         return c.str();
       };
-      out << "  " << std::left << std::setw(int(width)) << label(row) << "  " << std::right
+      out << "  " << std::left << std::setw(int(width)) << run_label(row) << "  " << std::right
           << std::setw(col) << cell("val") << std::setw(col) << cell("test") << std::setw(7) << row["best_epoch"].dump() << "\n";
     }
   }

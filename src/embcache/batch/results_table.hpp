@@ -15,6 +15,8 @@ namespace embcache {
 nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& metrics);
 // The row's primary metric on `split` ("val" or "test"); NaN when it has none.
 double primary_value(const nlohmann::json& row, const char* split);
+// The row's name for people: "NAME", or "NAME (diverged in epoch N)".
+std::string run_label(const nlohmann::json& row);
 // OUTPUT_DIR/results.jsonl and results.csv for every finished run of the study, in config order.
 void write_results(const Study& study, const RunLedger& ledger);
 // A plain-text table of the finished runs of `groups`, best validation metric first per group.

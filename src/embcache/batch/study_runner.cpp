@@ -199,6 +199,10 @@ void run_study(const RunStudyOptions& options) {
   std::vector<std::size_t> pending;
   std::vector<Pass> passes;
   std::size_t finished = 0, stale = 0, selected_runs = 0;
+  auto say_stale = [](std::size_t n, const char* more, const std::string& which_rows) {
+    std::printf("%zu %sfinished run%s trained on rows %s; %s again\n", n, more, n == 1 ? " was" : "s were",
+                which_rows.c_str(), n == 1 ? "it runs" : "they run");
+  };
   auto plan = [&] {
     pending.clear();
     passes.clear();
@@ -234,10 +238,7 @@ void run_study(const RunStudyOptions& options) {
               study.path.c_str(), selected_pre.size(), selected_pre.size() == 1 ? "" : "s", selected_runs,
               selected_runs == 1 ? "" : "s", finished, pending.size(), passes.size(), passes.size() == 1 ? "" : "es",
               study.output_dir.c_str());
-  if (stale > 0) {
-    std::printf("%zu finished run%s trained on rows %s cache no longer holds; %s again\n", stale,
-                stale == 1 ? " was" : "s were", stale == 1 ? "its" : "their", stale == 1 ? "it runs" : "they run");
-  }
+  if (stale > 0) say_stale(stale, "", std::string(stale == 1 ? "its" : "their") + " cache no longer holds");
   if (options.dry_run) {
     for (const auto& p : study.precomputes) {
       if (!selected_pre.count(p.name)) continue;
@@ -293,11 +294,7 @@ void run_study(const RunStudyOptions& options) {
     const std::size_t stale_before = stale;
     content_memo.clear();
     plan();
-    if (stale > stale_before) {
-      std::printf("%zu more finished run%s trained on rows the precomputes just changed; %s again\n",
-                  stale - stale_before, stale - stale_before == 1 ? " was" : "s were",
-                  stale - stale_before == 1 ? "it runs" : "they run");
-    }
+    if (stale > stale_before) say_stale(stale - stale_before, "more ", "the precomputes just changed");
   }
 
   // The caches exist now: a level or a label a pass needs and its cache lacks stops the study

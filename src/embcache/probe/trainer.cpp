@@ -429,7 +429,6 @@ class Trainer {
       const std::int64_t free = free_gpu_bytes(device.index() < 0 ? 0 : device.index());
       gpu_budget = budget_bytes(options.gpu_memory_budget, free > 0 ? free / 2 : 0, "--gpu-memory-budget");
     }
-    val_tier = FeedTier::kStream;  // set with the tier below, unless streaming keeps val in memory
     if (options.tier == "gpu" || (options.tier == "auto" && device.is_cuda() && needed <= gpu_budget)) {
       tier = FeedTier::kGpu;
       if (needed > gpu_budget) {
@@ -445,7 +444,7 @@ class Trainer {
     } else {
       tier = FeedTier::kStream;
     }
-    if (tier != FeedTier::kStream) val_tier = tier;
+    val_tier = tier;  // unless streaming keeps val in memory (below)
     // Stream: a third of the host budget is the shuffle buffer; while it refills, the blocks read
     // and the buffer briefly coexist, and the rest covers queued batches.
     buffer_bytes = host_budget / 3;
