@@ -60,8 +60,10 @@ print(f"{'':<22} {key}: median {j[key]:.3f}, range {runs[0][key]:.3f}-{runs[-1][
 # own cost (start-up, the encoder's waits, the tail) and how fast the encoder ran beside the
 # stages, apart.
 other = j["seconds"] - j["encoder_seconds"]
+before, after = j["seconds_before_first_encoder_call"], j["seconds_after_last_encoder_call"]
 print(f"{'':<22} = encoder calls in the run / encoder-only {j['encoder_seconds'] / j['encoder_only_seconds']:.3f}"
-      f" + the rest of the wall time {other:.2f}s / encoder-only {other / j['encoder_only_seconds']:.3f}")
+      f" + the rest of the wall time {other:.2f}s / encoder-only {other / j['encoder_only_seconds']:.3f}"
+      f" (before the first call {before:.3f}s, between calls {other - before - after:.3f}s, after the last {after:.3f}s)")
 print(f"{'':<22} busy seconds (wall): " + "  ".join(f"{k} {v:.3f}" for k, v in s.items()))
 print(f"{'':<22} stage CPU seconds: " + "  ".join(f"{k} {v:.3f}" for k, v in j['stage_cpu_seconds'].items()) +
       f"  | {j['threads']} encoder threads, stages {j['stage_priority']}, "

@@ -114,6 +114,14 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
     CHECK(cpu <= wall + 1e-3);
   }
   CHECK(j["stage_cpu_seconds"]["write"].get<double>() > 0);
+  // The wall time outside the encoder's calls, before the first and after the last: both
+  // positive (loading the encoder comes first, installing the cache last) and, with the calls,
+  // within the wall time.
+  CHECK(first.seconds_before_first_encoder_call > 0);
+  CHECK(first.seconds_after_last_encoder_call > 0);
+  CHECK(first.seconds_before_first_encoder_call + first.encoder_seconds + first.seconds_after_last_encoder_call <=
+        first.seconds);
+  CHECK(j["seconds_before_first_encoder_call"].get<double>() == first.seconds_before_first_encoder_call);
   const auto before = fs::last_write_time(s.cache);
   const auto content = CacheFileReader(s.cache).content_id();
   REQUIRE(content);
@@ -121,6 +129,7 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   REQUIRE(count_calls(s.options(), &second) == 0);
   REQUIRE(second.crops_skipped == 24);
   REQUIRE(second.crops_computed == 0);
+  CHECK(second.seconds_before_first_encoder_call == 0);  // no call: nothing to split
   REQUIRE(fs::last_write_time(s.cache) == before);
   // The one-line summary gives a rate only for a run that computed something.
   CHECK(contains(first.one_line(), "24 computed"));

@@ -294,6 +294,8 @@ nlohmann::json PrecomputeSummary::to_json() const {
                             {"prep", prep_time.cpu},
                             {"convert", convert_time.cpu},
                             {"write", write_time.cpu}};
+  j["seconds_before_first_encoder_call"] = seconds_before_first_encoder_call;
+  j["seconds_after_last_encoder_call"] = seconds_after_last_encoder_call;
   j["superseded_rows"] = superseded_rows;
   j["rows_copied_at_end"] = rows_copied_at_end;
   j["recovered_rows"] = recovered_rows;
@@ -493,6 +495,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
   std::atomic<bool> io_failed{false}, io_done{false};
   StageTime read_time, write_time, prep_time, convert_time;
   double encode_seconds = 0;
+  std::optional<Clock::time_point> first_call_start, last_call_end;  // written by the encode stage only
   std::int64_t encoder_calls = 0, chosen_batch = opt.batch_size;
   nlohmann::json trials = nlohmann::json::array();
   std::vector<std::int64_t> input_shape;
@@ -634,9 +637,11 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     };
     auto run = [&](const at::Tensor& batch) {
       const auto t0 = Clock::now();
+      if (!first_call_start) first_call_start = t0;
       EncoderOutput out = encoder.forward(batch);
       sync_device(opt.device);
-      last_call_seconds = seconds_since(t0);
+      last_call_end = Clock::now();
+      last_call_seconds = std::chrono::duration<double>(*last_call_end - t0).count();
       encode_seconds += last_call_seconds;
       ++encoder_calls;
       if (hooks.on_encoder_call) hooks.on_encoder_call(batch.size(0));
@@ -850,6 +855,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
     summary.cache_bytes = std::int64_t(std::filesystem::file_size(options.out));
   }
   summary.seconds = seconds_since(started);
+  if (first_call_start && last_call_end) {
+    summary.seconds_before_first_encoder_call = std::chrono::duration<double>(*first_call_start - started).count();
+    summary.seconds_after_last_encoder_call = seconds_since(*last_call_end);
+  }
 
   if (hooks.measure_encoder_only && summary.crops_computed > 0 && !input_shape.empty()) {
     // The same number of batches of the same shape through the encoder alone, with no I/O. A

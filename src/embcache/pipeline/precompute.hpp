@@ -34,6 +34,11 @@ struct PrecomputeSummary {
   // thread's CPU seconds (`stage_cpu_seconds`).
   StageTime read_time, prep_time, convert_time, write_time;
   double consolidate_seconds = 0;   // closing and installing the cache at the end
+  // Where the wall time outside the encoder's calls went: before its first call (loading the
+  // encoder, opening the cache, the first batch's reading) and after its last one (the last
+  // batches' writing, consolidation). Zero when nothing was encoded.
+  double seconds_before_first_encoder_call = 0;
+  double seconds_after_last_encoder_call = 0;
   std::int64_t superseded_rows = 0;
   std::int64_t rows_copied_at_end = 0;  // 0 unless compression or stale rows made the end copy rows
   std::int64_t recovered_rows = 0;      // rows an interrupted run had committed, installed first
