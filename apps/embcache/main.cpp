@@ -2,6 +2,7 @@
 #include <CLI/CLI.hpp>
 #include <c10/util/Exception.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <string>
 
@@ -37,6 +38,8 @@ int main(int argc, char** argv) {
       return int(embcache::ExitCode::kUsage);
     }
   }
+  // Usage errors point at the subcommand's own help.
+  const std::string help = argc > 1 && argv[1][0] != '-' ? std::string("embcache ") + argv[1] + " --help" : "embcache --help";
   try {
     app.parse(argc, argv);
   } catch (const CLI::CallForHelp& e) {
@@ -45,8 +48,24 @@ int main(int argc, char** argv) {
     return app.exit(e);
   } catch (const CLI::CallForVersion& e) {
     return app.exit(e);
+  } catch (const CLI::RequiredError& e) {
+    // CLI11 checks required options before unknown ones, so a mistyped flag (--learning-rate)
+    // would be reported as a missing option it has nothing to do with: name it first.
+    const std::vector<std::string> unknown = app.remaining(true);
+    std::string first;  // in command-line order; an option rather than the value after it
+    for (int i = 1; i < argc && first.empty(); ++i) {
+      if (argv[i][0] == '-' && std::find(unknown.begin(), unknown.end(), argv[i]) != unknown.end()) {
+        first = std::string(argv[i]).substr(0, std::string(argv[i]).find('='));  // --name=value: the name
+      }
+    }
+    if (!first.empty()) {
+      std::fprintf(stderr, "embcache: error: unknown option %s (see %s)\n", first.c_str(), help.c_str());
+    } else {
+      std::fprintf(stderr, "embcache: error: %s (see %s)\n", e.what(), help.c_str());
+    }
+    return int(embcache::ExitCode::kUsage);
   } catch (const CLI::ParseError& e) {
-    std::fprintf(stderr, "embcache: error: %s (see embcache --help)\n", e.what());
+    std::fprintf(stderr, "embcache: error: %s (see %s)\n", e.what(), help.c_str());
     return int(embcache::ExitCode::kUsage);
   } catch (const embcache::Interrupted& e) {
     std::fprintf(stderr, "embcache: %s\n", e.what());

@@ -27,7 +27,13 @@ RUN=("$EMBCACHE" precompute --quiet --no-fsync --batch-size 4)
 # Command line
 expect_error 2 'unknown subcommand "precompte"; choose one of precompute, train-probe' "$EMBCACHE" precompte --encoder x.pt
 expect_error 2 "A subcommand is required" "$EMBCACHE"
-expect_error 2 "encoder is required" "$EMBCACHE" precompute --dataset data.h5 --out c.h5
+expect_error 2 "encoder is required (see embcache precompute --help)" "$EMBCACHE" precompute --dataset data.h5 --out c.h5
+# A mistyped option is named, even while a required one is missing too (CLI11 reports the
+# missing one first).
+expect_error 2 "unknown option --learning-rate (see embcache train-probe --help)" \
+  "$EMBCACHE" train-probe --cache c.h5 --learning-rate 0.1
+expect_error 2 "unknown option --datset (see embcache precompute --help)" \
+  "$EMBCACHE" precompute --encoder x.pt --datset=data.h5 --out c.h5
 expect_error 2 "dtype" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --dtype float64
 expect_error 2 "compression" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --compression zip
 expect_error 2 "stage-priority" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --stage-priority fast
