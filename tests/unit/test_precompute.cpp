@@ -2,6 +2,7 @@
 
 #include <malloc.h>
 #include <omp.h>
+#include <torch/cuda.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,6 +16,7 @@
 #include "embcache/cli/option_binding.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/encoder/encoder.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
@@ -665,4 +667,31 @@ TEST_CASE("command-line flags: --no-fsync turns fsync off, and --help shows it p
   const std::string help = sub->help();
   CHECK(help.find("--no-fsync ") != std::string::npos);
   CHECK(help.find("{false}") == std::string::npos);
+}
+
+TEST_CASE("--device is checked before CUDA is looked for; cuda:N takes digits only") {
+  CHECK(resolve_device("cpu") == c10::Device(c10::kCPU));
+  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:1x", "cuda:-1", "CUDA"}) {
+    CAPTURE(bad);
+    try {
+      resolve_device(bad);
+      FAIL("accepted");
+    } catch (const UsageError& e) {
+      CHECK(contains(e.what(), "expected auto, cpu, cuda or cuda:N, got \"" + std::string(bad) + "\""));
+    }
+  }
+  if (!torch::cuda::is_available()) {
+    for (const char* text : {"cuda", "cuda:0", "cuda:3"}) {
+      CAPTURE(text);
+      try {
+        resolve_device(text);
+        FAIL("accepted");
+      } catch (const UsageError& e) {
+        CHECK(contains(e.what(), "CUDA is not available"));
+      }
+    }
+  } else {
+    CHECK(resolve_device("cuda:0") == c10::Device(c10::kCUDA, 0));
+    CHECK_THROWS_AS(resolve_device("cuda:99"), UsageError);
+  }
 }
