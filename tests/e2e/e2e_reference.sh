@@ -71,7 +71,15 @@ print("ok: labels, masks, attributes")
 PY
 
 # inspect, text and JSON.
-"$EMBCACHE" inspect cache-scripted.h5 | grep -qE "splits \(crops / windows\): test=12/[0-9]+ train=48/[0-9]+ val=12/[0-9]+" || fail "inspect text"
+"$EMBCACHE" inspect cache-scripted.h5 >inspect.txt
+grep -qE "splits \(crops / windows\): test=12/[0-9]+ train=48/[0-9]+ val=12/[0-9]+" inspect.txt || fail "inspect text: $(cat inspect.txt)"
+grep -qF "preprocessing: scale 0.00392, mean [0.4 0.5 0.6], std [0.2 0.25 0.3]   bands: all   crops: 16x16, overlap 4" \
+  inspect.txt || fail "inspect text: $(cat inspect.txt)"
+grep -qE "^    0 +shape \[8,8,8\] +stride 2 " inspect.txt || fail "inspect text: $(cat inspect.txt)"
+grep -qE "^    2 +shape \[[0-9]+\] +vector " inspect.txt || fail "inspect text: $(cat inspect.txt)"
+"$EMBCACHE" inspect cache-traced.h5 | grep -qF "preprocessing: none (raw pixel values)   bands: all   crops: 20x12, overlap 3" ||
+  fail "inspect text (traced)"
+"$EMBCACHE" inspect cache-u16.h5 | grep -qF "bands: 3 0 1   crops: whole windows" || fail "inspect text (u16)"
 "$EMBCACHE" inspect cache-scripted.h5 --json >inspect.json
 "$PYTHON" - <<'PY'
 import json

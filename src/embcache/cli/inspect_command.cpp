@@ -105,6 +105,37 @@ std::string describe_labels(const LabelKinds& kinds) {
   return out;
 }
 
+// "1 2 3" from a JSON list of numbers.
+std::string join_numbers(const nlohmann::json& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : " ") + format_number(v.get<double>());
+  return out;
+}
+
+// "scale 0.0001, mean [0.4 0.4], std [0.2 0.2]", or "none (raw pixel values)" when it changes nothing.
+std::string describe_preprocessing(const nlohmann::json& p) {
+  const double scale = p.value("scale", 1.0);
+  const auto all_equal = [](const nlohmann::json& values, double x) {
+    for (const auto& v : values) {
+      if (v.get<double>() != x) return false;
+    }
+    return true;
+  };
+  const nlohmann::json none = nlohmann::json::array();
+  const nlohmann::json& mean = p.contains("mean") ? p["mean"] : none;
+  const nlohmann::json& stdev = p.contains("std") ? p["std"] : none;
+  if (scale == 1.0 && all_equal(mean, 0.0) && all_equal(stdev, 1.0)) return "none (raw pixel values)";
+  return "scale " + format_number(scale) + ", mean [" + join_numbers(mean) + "], std [" + join_numbers(stdev) + "]";
+}
+
+// "64x64, overlap 8" (width x height), or "whole windows".
+std::string describe_crops(const nlohmann::json& sig) {
+  const nlohmann::json& size = sig["crop_size"];
+  if (!size.is_array() || size.size() != 2) return "whole windows";
+  return std::to_string(size[0].get<std::int64_t>()) + "x" + std::to_string(size[1].get<std::int64_t>()) +
+         ", overlap " + std::to_string(sig.value("overlap", std::int64_t(0)));
+}
+
 }  // namespace
 
 void run_inspect_command(const InspectOptions& options) {
@@ -121,9 +152,8 @@ void run_inspect_command(const InspectOptions& options) {
               j["dtype"].get<std::string>().c_str(), j["compression"].get<std::string>().c_str());
   std::printf("  encoder: %s (sha256 %s)\n", sig.value("encoder_path", std::string("?")).c_str(),
               sig.value("encoder_sha256", std::string("?")).substr(0, 16).c_str());
-  std::printf("  preprocessing: %s  bands: %s  crop_size: %s  overlap: %s\n",
-              sig["preprocessing"].dump().c_str(), sig["bands"].dump().c_str(),
-              sig["crop_size"].dump().c_str(), sig["overlap"].dump().c_str());
+  std::printf("  preprocessing: %s   bands: %s   crops: %s\n", describe_preprocessing(sig["preprocessing"]).c_str(),
+              sig["bands"].empty() ? "all" : join_numbers(sig["bands"]).c_str(), describe_crops(sig).c_str());
   std::printf("  dataset: %s (%s)\n", sig.value("dataset_path", std::string("?")).c_str(),
               sig.value("dataset_format", std::string("array")).c_str());
   if (sig.contains("layers")) {
@@ -147,9 +177,10 @@ void run_inspect_command(const InspectOptions& options) {
   }
   std::printf("\n  levels:\n");
   for (const auto& level : j["levels"]) {
-    std::printf("    %-12s shape %-18s stride %-3lld %s\n", level["name"].get<std::string>().c_str(),
-                level["shape"].dump().c_str(), (long long)level["stride"].get<std::int64_t>(),
-                format_bytes(level["bytes"].get<double>()).c_str());
+    const std::int64_t stride = level["stride"].get<std::int64_t>();
+    const std::string where = stride > 0 ? "stride " + std::to_string(stride) : "vector";
+    std::printf("    %-12s shape %-18s %-10s %s\n", level["name"].get<std::string>().c_str(),
+                level["shape"].dump().c_str(), where.c_str(), format_bytes(level["bytes"].get<double>()).c_str());
   }
   std::printf("  labels: %s\n", describe_labels(label_kinds_from_json(j["labels"])).c_str());
   if (j["pending_segments"].get<std::int64_t>() > 0) {
