@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -11,6 +12,7 @@
 #include "embcache/store/background_writeback.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
+#include "embcache/store/file_space.hpp"
 #include "embcache/store/fletcher32.hpp"
 #include "embcache/store/h5.hpp"
 #include "test_support.hpp"
@@ -235,6 +237,56 @@ TEST_CASE("writeback ranges are submitted by the helper thread, and a writer tha
   }
   CacheFileReader reader(path);
   REQUIRE(at::equal(reader.read_rows(0, 14).levels[0], at::cat({f1, f2})));
+}
+
+TEST_CASE("disk space is reserved without changing a file, and what was not used is given back") {
+  // In the build tree: the temporary directory may be a filesystem without fallocate.
+  const std::string path = (std::filesystem::current_path() / ("reserve-" + std::to_string(::getpid()) + ".bin")).string();
+  auto allocated = [](const std::string& p) {
+    struct stat st {};
+    REQUIRE(::stat(p.c_str(), &st) == 0);
+    return std::int64_t(st.st_blocks) * 512;
+  };
+  const std::string data(8192, 'x');
+  std::ofstream(path, std::ios::binary) << data;
+  const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
+  REQUIRE(fd >= 0);
+  const bool reserved = reserve_file_space(fd, std::int64_t(8) << 20);
+  ::close(fd);
+  auto contents = [&] {
+    std::ifstream in(path, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  CHECK(contents() == data);  // size and bytes unchanged either way
+  if (!reserved) {
+    MESSAGE("this filesystem does not reserve space (fallocate); the writer goes on without it");
+    CHECK(allocated(path) < (std::int64_t(1) << 20));
+    std::filesystem::remove(path);
+    return;
+  }
+  CHECK(allocated(path) >= (std::int64_t(8) << 20));
+  release_unused_file_space(path);
+  CHECK(allocated(path) < (std::int64_t(1) << 20));
+  CHECK(contents() == data);
+  std::filesystem::remove(path);
+
+  // A cache writer reserves what its expected rows take, and its file keeps only what it used.
+  const std::string cache = (std::filesystem::current_path() / ("reserve-" + std::to_string(::getpid()) + ".h5")).string();
+  LabelKinds labels;
+  labels.has_class = true;
+  const at::Tensor features = at::randn({100, 64, 8, 8});  // 16 KiB a row
+  {
+    CacheFileWriter writer(cache, test_signature(StorageDtype::kFloat32), {feat_level({64, 8, 8})}, labels,
+                           StorageOptions{}, /*expected_rows=*/1000);
+    CHECK(allocated(cache) >= 1000 * 16384);
+    writer.append(make_rows(100, 0, StorageDtype::kFloat32, features));
+    writer.close();
+  }
+  const auto size = std::int64_t(std::filesystem::file_size(cache));
+  CHECK(size > 100 * 16384);
+  CHECK(allocated(cache) < size + (std::int64_t(1) << 20));
+  CHECK(at::equal(CacheFileReader(cache).read_rows(0, 100).levels[0], features));
+  std::filesystem::remove(cache);
 }
 
 TEST_CASE("drop-behind: a range asked to drop leaves the page cache once written; the others stay") {

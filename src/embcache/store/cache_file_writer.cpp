@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "embcache/core/error.hpp"
+#include "embcache/store/file_space.hpp"
 #include "embcache/store/fletcher32.hpp"
 
 namespace embcache {
@@ -89,6 +90,27 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     if (labels_.value_width > 0) shape.push_back(hsize_t(labels_.value_width));
     label_value_ = create_column(cache_paths::kLabelValue, H5T_IEEE_F32LE, shape, kColumnChunkRows);
   }
+  reserve_space();
+}
+
+int CacheFileWriter::file_descriptor() const {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
+    H5Eclear2(H5E_DEFAULT);
+    return -1;
+  }
+  return *static_cast<int*>(handle);
+}
+
+void CacheFileWriter::reserve_space() {
+  // Compressed sizes are unknown beforehand (and compressing costs far more than allocation).
+  if (expected_rows_ <= 0 || storage_.compression.kind != Compression::Kind::kNone) return;
+  std::int64_t row_bytes = 64;  // the index columns and a class label, roughly
+  for (const LevelSpec& level : levels_) row_bytes += std::int64_t(level.row_bytes(storage_.dtype));
+  // One more chunk of rows per level for the partial last chunks, and room for HDF5's metadata.
+  const std::int64_t bytes = (expected_rows_ + std::int64_t(chunk_rows_)) * row_bytes + (std::int64_t(1) << 20);
+  const int fd = file_descriptor();
+  if (fd >= 0) space_reserved_ = reserve_file_space(fd, bytes);
 }
 
 h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
@@ -280,12 +302,8 @@ void CacheFileWriter::flush_pending_rows(std::size_t level) {
 
 void CacheFileWriter::start_writeback(bool drop) {
   if (!file_) return;
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
-    H5Eclear2(H5E_DEFAULT);
-    return;
-  }
-  const int fd = *static_cast<int*>(handle);
+  const int fd = file_descriptor();
+  if (fd < 0) return;
   const off_t end = ::lseek(fd, 0, SEEK_END);
   if (end > writeback_offset_) {
     // Only the bytes added since the last call: rescanning the whole file each time blocks.
@@ -368,6 +386,7 @@ void CacheFileWriter::close() {
   // Close explicitly to see the error (disk full shows up here as often as in writes).
   const herr_t status = H5Fclose(file_.release());
   h5::check_status(status, "cannot close", path_);
+  if (space_reserved_) release_unused_file_space(path_);
 }
 
 }  // namespace embcache
