@@ -239,39 +239,48 @@ TEST_CASE("writeback ranges are submitted by the helper thread, and a writer tha
   REQUIRE(at::equal(reader.read_rows(0, 14).levels[0], at::cat({f1, f2})));
 }
 
-TEST_CASE("disk space is reserved without changing a file, and what was not used is given back") {
+TEST_CASE("disk space is reserved ahead of a growing file without changing it, and given back") {
   // In the build tree: the temporary directory may be a filesystem without fallocate.
-  const std::string path = (std::filesystem::current_path() / ("reserve-" + std::to_string(::getpid()) + ".bin")).string();
+  const std::string stem = (std::filesystem::current_path() / ("reserve-" + std::to_string(::getpid()))).string();
+  const std::string path = stem + ".bin";
   auto allocated = [](const std::string& p) {
     struct stat st {};
     REQUIRE(::stat(p.c_str(), &st) == 0);
     return std::int64_t(st.st_blocks) * 512;
   };
+  auto contents = [](const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  const std::int64_t MiB = std::int64_t(1) << 20;
   const std::string data(8192, 'x');
   std::ofstream(path, std::ios::binary) << data;
   const int fd = ::open(path.c_str(), O_RDWR | O_CLOEXEC);
   REQUIRE(fd >= 0);
-  const bool reserved = reserve_file_space(fd, std::int64_t(8) << 20);
-  ::close(fd);
-  auto contents = [&] {
-    std::ifstream in(path, std::ios::binary);
-    return std::string(std::istreambuf_iterator<char>(in), {});
-  };
-  CHECK(contents() == data);  // size and bytes unchanged either way
-  if (!reserved) {
-    MESSAGE("this filesystem does not reserve space (fallocate); the writer goes on without it");
-    CHECK(allocated(path) < (std::int64_t(1) << 20));
+  SpaceReservation reservation(8 * MiB);
+  reservation.extend(fd);
+  if (!reservation.active()) {
+    ::close(fd);
+    MESSAGE("this filesystem does not reserve space (fallocate); writers go on without it");
+    CHECK(contents(path) == data);
+    CHECK(allocated(path) < MiB);
     std::filesystem::remove(path);
     return;
   }
-  CHECK(allocated(path) >= (std::int64_t(8) << 20));
-  release_unused_file_space(path);
-  CHECK(allocated(path) < (std::int64_t(1) << 20));
-  CHECK(contents() == data);
+  CHECK(allocated(path) >= 8 * MiB);
+  reservation.extend(fd);  // more than half still ahead: nothing to do
+  CHECK(allocated(path) < 9 * MiB);
+  reservation.extend(fd, 6 * MiB);  // 6 MiB about to be written: 8 MiB more beyond them
+  CHECK(allocated(path) >= 14 * MiB);
+  ::close(fd);
+  CHECK(contents(path) == data);  // size and bytes never change
+  reservation.release(path);
+  CHECK(allocated(path) < MiB);
+  CHECK(contents(path) == data);
   std::filesystem::remove(path);
 
   // A cache writer reserves what its expected rows take, and its file keeps only what it used.
-  const std::string cache = (std::filesystem::current_path() / ("reserve-" + std::to_string(::getpid()) + ".h5")).string();
+  const std::string cache = stem + ".h5";
   LabelKinds labels;
   labels.has_class = true;
   const at::Tensor features = at::randn({100, 64, 8, 8});  // 16 KiB a row
@@ -279,14 +288,24 @@ TEST_CASE("disk space is reserved without changing a file, and what was not used
     CacheFileWriter writer(cache, test_signature(StorageDtype::kFloat32), {feat_level({64, 8, 8})}, labels,
                            StorageOptions{}, /*expected_rows=*/1000);
     CHECK(allocated(cache) >= 1000 * 16384);
+    CHECK(allocated(cache) < 1000 * 16384 + 64 * MiB);  // the expected rows bound it, not 256 MiB
     writer.append(make_rows(100, 0, StorageDtype::kFloat32, features));
     writer.close();
   }
   const auto size = std::int64_t(std::filesystem::file_size(cache));
   CHECK(size > 100 * 16384);
-  CHECK(allocated(cache) < size + (std::int64_t(1) << 20));
+  CHECK(allocated(cache) < size + MiB);
   CHECK(at::equal(CacheFileReader(cache).read_rows(0, 100).levels[0], features));
   std::filesystem::remove(cache);
+
+  // A file without levels (a commit record) is small: nothing is reserved for it.
+  const std::string record = stem + "-record.h5";
+  {
+    CacheFileWriter writer(record, test_signature(StorageDtype::kFloat32), {}, labels, StorageOptions{}, 1000);
+    CHECK(allocated(record) < MiB);
+    writer.close();
+  }
+  std::filesystem::remove(record);
 }
 
 TEST_CASE("drop-behind: a range asked to drop leaves the page cache once written; the others stay") {

@@ -90,7 +90,20 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     if (labels_.value_width > 0) shape.push_back(hsize_t(labels_.value_width));
     label_value_ = create_column(cache_paths::kLabelValue, H5T_IEEE_F32LE, shape, kColumnChunkRows);
   }
-  reserve_space();
+  // Features are appended at the end of the file: space is reserved ahead of them, at most
+  // 256 MiB (or what the expected rows take) past the end. Compressed sizes are unknown, and
+  // compressing costs far more than allocating; files without levels are small.
+  if (!levels_.empty() && storage_.compression.kind == Compression::Kind::kNone) {
+    std::int64_t ahead = std::int64_t(256) << 20;
+    if (expected_rows_ > 0) {
+      std::int64_t row_bytes = 64;  // the index columns and a class label, roughly
+      for (const LevelSpec& level : levels_) row_bytes += std::int64_t(level.row_bytes(storage_.dtype));
+      // One more chunk of rows for the partial last chunks, and room for HDF5's metadata.
+      ahead = std::min(ahead, (expected_rows_ + std::int64_t(chunk_rows_)) * row_bytes + (std::int64_t(1) << 20));
+    }
+    reservation_ = std::make_unique<SpaceReservation>(ahead);
+    reservation_->extend(file_descriptor());
+  }
 }
 
 int CacheFileWriter::file_descriptor() const {
@@ -102,16 +115,6 @@ int CacheFileWriter::file_descriptor() const {
   return *static_cast<int*>(handle);
 }
 
-void CacheFileWriter::reserve_space() {
-  // Compressed sizes are unknown beforehand (and compressing costs far more than allocation).
-  if (expected_rows_ <= 0 || storage_.compression.kind != Compression::Kind::kNone) return;
-  std::int64_t row_bytes = 64;  // the index columns and a class label, roughly
-  for (const LevelSpec& level : levels_) row_bytes += std::int64_t(level.row_bytes(storage_.dtype));
-  // One more chunk of rows per level for the partial last chunks, and room for HDF5's metadata.
-  const std::int64_t bytes = (expected_rows_ + std::int64_t(chunk_rows_)) * row_bytes + (std::int64_t(1) << 20);
-  const int fd = file_descriptor();
-  if (fd >= 0) space_reserved_ = reserve_file_space(fd, bytes);
-}
 
 h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
                                           std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
@@ -182,6 +185,11 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
   gather(index_.bounds, batch.bounds);
   gather(index_.pixel_hashes, batch.pixel_hashes);
   if (index_.groups.size() >= kIndexRowsPerWrite) flush_index();
+  if (reservation_) {
+    std::int64_t upcoming = 0;
+    for (const at::Tensor& t : batch.levels) upcoming += std::int64_t(t.nbytes());
+    reservation_->extend(file_descriptor(), upcoming);
+  }
   for (std::size_t i = 0; i < levels_.size(); ++i) {
     const at::Tensor& t = batch.levels[i];
     check_rows(t, n, "levels/" + levels_[i].name);
@@ -386,7 +394,7 @@ void CacheFileWriter::close() {
   // Close explicitly to see the error (disk full shows up here as often as in writes).
   const herr_t status = H5Fclose(file_.release());
   h5::check_status(status, "cannot close", path_);
-  if (space_reserved_) release_unused_file_space(path_);
+  if (reservation_) reservation_->release(path_);
 }
 
 }  // namespace embcache

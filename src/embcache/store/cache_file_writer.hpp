@@ -10,6 +10,7 @@
 
 #include "embcache/store/background_writeback.hpp"
 #include "embcache/store/cache_schema.hpp"
+#include "embcache/store/file_space.hpp"
 #include "embcache/store/h5.hpp"
 #include "embcache/store/row_batch.hpp"
 
@@ -72,8 +73,6 @@ class CacheFileWriter {
  private:
   std::vector<hsize_t> capped(std::vector<hsize_t> chunk) const;
   int file_descriptor() const;  // -1 when HDF5 does not say
-  // Reserves the disk space the expected rows' features will take (file_space.hpp).
-  void reserve_space();
   // Full chunks of a level go through H5Dwrite_chunk with our own fletcher32 (HDF5's filter
   // runs at ~0.6 GB/s, ours at memory speed); only the last partial chunk takes HDF5's path.
   struct DirectLevel {
@@ -114,7 +113,8 @@ class CacheFileWriter {
   h5::Handle storage_type_;
   std::int64_t rows_ = 0;
   std::int64_t expected_rows_ = 0;
-  bool space_reserved_ = false;  // released past the end of the file at close()
+  // Disk space kept reserved ahead of the features (file_space.hpp); none for compressed files.
+  std::unique_ptr<SpaceReservation> reservation_;
   std::int64_t writeback_offset_ = 0;  // file bytes already handed to start_writeback()
   // After file_: destroyed first, so the file stays open until every requested range is done.
   std::unique_ptr<BackgroundWriteback> writeback_;
