@@ -115,7 +115,6 @@ int CacheFileWriter::file_descriptor() const {
   return *static_cast<int*>(handle);
 }
 
-
 h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
                                           std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
   std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{capped({chunk_rows})[0]};
