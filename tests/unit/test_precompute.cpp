@@ -17,6 +17,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
+#include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
@@ -694,4 +695,46 @@ TEST_CASE("--device is checked before CUDA is looked for; cuda:N takes digits on
     CHECK(resolve_device("cuda:0") == c10::Device(c10::kCUDA, 0));
     CHECK_THROWS_AS(resolve_device("cuda:99"), UsageError);
   }
+}
+
+TEST_CASE("--batch-size auto keeps the fastest size and stops at the first that gains too little") {
+  BatchSizeSearch search;
+  CHECK(search.record(4, 100));   // the first size: always go on
+  CHECK(search.record(8, 150));   // 50% faster
+  CHECK(!search.record(16, 152)); // 1.3% faster: within the noise, no larger size is tried
+  CHECK(search.chosen() == 16);   // ... but the fastest is kept
+  BatchSizeSearch slower;
+  slower.record(4, 100);
+  CHECK(!slower.record(8, 90));
+  CHECK(slower.chosen() == 4);
+
+  // Through a run: the trials are consecutive candidates from 4, every trial but the last
+  // gained the margin, and the chosen size is the fastest tried and the one the run used.
+  Setup s;
+  PrecomputeOptions o = s.options();
+  o.batch_size = "auto";
+  std::vector<std::int64_t> call_sizes;
+  PrecomputeHooks hooks;
+  hooks.on_encoder_call = [&](std::int64_t n) { call_sizes.push_back(n); };
+  const PrecomputeSummary summary = run_precompute(o, hooks);
+  REQUIRE(summary.crops_computed == 24);
+  const auto& trials = summary.batch_size_trials;
+  REQUIRE(trials.size() >= 2);
+  std::int64_t expected_size = 4, fastest = 0;
+  double best = 0;
+  for (std::size_t i = 0; i < trials.size(); ++i) {
+    CAPTURE(i);
+    CHECK(trials[i]["batch_size"].get<std::int64_t>() == expected_size);
+    const double rate = trials[i]["crops_per_second"];
+    if (i + 1 < trials.size()) CHECK(rate > best * (1 + BatchSizeSearch::kMinGain));
+    if (rate > best) {
+      best = rate;
+      fastest = expected_size;
+    }
+    expected_size *= 2;
+  }
+  CHECK(summary.batch_size == fastest);
+  // Two calls per trial, then the run's calls at the chosen size (a short last batch is padded).
+  REQUIRE(call_sizes.size() == 2 * trials.size() + std::size_t((24 + fastest - 1) / fastest));
+  for (std::size_t i = 2 * trials.size(); i < call_sizes.size(); ++i) CHECK(call_sizes[i] == fastest);
 }

@@ -30,6 +30,7 @@
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/preprocess.hpp"
+#include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/pipeline/bounded_queue.hpp"
 #include "embcache/pipeline/cancellation.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
@@ -711,7 +712,7 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
         if (c <= std::int64_t(pending.size())) usable.push_back(c);
       }
       if (usable.size() >= 2) {
-        double best_rate = 0;
+        BatchSizeSearch search;
         for (auto c : usable) {
           // Best of two: the first call at a new shape pays allocation and kernel selection.
           const at::Tensor inputs = stack_inputs(pending, 0, std::size_t(c));
@@ -723,12 +724,10 @@ PrecomputeSummary run_precompute(const PrecomputeOptions& options, const Precomp
           }
           const double rate = double(c) / std::max(fastest, 1e-9);
           trials.push_back({{"batch_size", c}, {"crops_per_second", rate}});
-          // Past the best size, larger ones are not tried: each trial costs two calls, and on
-          // a short run the trials of sizes that lose were 10% of the wall time.
-          if (rate <= best_rate) break;
-          best_rate = rate;
-          chosen_batch = c;
+          // On a short run the trials of sizes that lose were 10% of the wall time.
+          if (!search.record(c, rate)) break;
         }
+        chosen_batch = search.chosen();
       } else {
         chosen_batch = std::int64_t(pending.size());
       }
