@@ -54,8 +54,9 @@ int main(int argc, char** argv) {
     const std::vector<std::string> unknown = app.remaining(true);
     std::string first;  // in command-line order; an option rather than the value after it
     for (int i = 1; i < argc && first.empty(); ++i) {
-      if (argv[i][0] == '-' && std::find(unknown.begin(), unknown.end(), argv[i]) != unknown.end()) {
-        first = std::string(argv[i]).substr(0, std::string(argv[i]).find('='));  // --name=value: the name
+      const std::string arg = argv[i];
+      if (arg[0] == '-' && std::find(unknown.begin(), unknown.end(), arg) != unknown.end()) {
+        first = arg.substr(0, arg.find('='));  // --name=value: the name
       }
     }
     if (!first.empty()) {

@@ -2,8 +2,8 @@
 
 #include <malloc.h>
 #include <omp.h>
-#include <torch/cuda.h>
 #include <sys/stat.h>
+#include <torch/cuda.h>
 #include <unistd.h>
 
 #include <algorithm>

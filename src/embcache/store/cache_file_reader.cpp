@@ -103,9 +103,7 @@ CacheIndex CacheFileReader::read_index() const {
 }
 
 std::int64_t CacheFileReader::row_feature_bytes() const {
-  std::int64_t total = 0;
-  for (const auto& level : levels_) total += std::int64_t(level.row_bytes(storage_.dtype));
-  return total;
+  return embcache::row_feature_bytes(levels_, storage_.dtype);
 }
 
 namespace {

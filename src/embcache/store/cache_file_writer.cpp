@@ -96,8 +96,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
   if (!levels_.empty() && storage_.compression.kind == Compression::Kind::kNone) {
     std::int64_t ahead = std::int64_t(256) << 20;
     if (expected_rows_ > 0) {
-      std::int64_t row_bytes = 64;  // the index columns and a class label, roughly
-      for (const LevelSpec& level : levels_) row_bytes += std::int64_t(level.row_bytes(storage_.dtype));
+      const std::int64_t row_bytes = row_feature_bytes(levels_, storage_.dtype) + 64;  // + index, class label
       // One more chunk of rows for the partial last chunks, and room for HDF5's metadata.
       ahead = std::min(ahead, (expected_rows_ + std::int64_t(chunk_rows_)) * row_bytes + (std::int64_t(1) << 20));
     }

@@ -16,6 +16,12 @@ std::size_t LevelSpec::row_bytes(StorageDtype dtype) const {
   return bytes;
 }
 
+std::int64_t row_feature_bytes(const std::vector<LevelSpec>& levels, StorageDtype dtype) {
+  std::int64_t total = 0;
+  for (const auto& level : levels) total += std::int64_t(level.row_bytes(dtype));
+  return total;
+}
+
 bool is_informational_signature_field(const std::string& key) {
   // "levels" (resolved names) follows from levels_requested and the encoder, which are compared.
   return key == "embcache_version" || key == "encoder_path" || key == "dataset_path" || key == "levels";

@@ -37,6 +37,9 @@ struct LevelSpec {
   std::size_t row_bytes(StorageDtype dtype) const;  // stored bytes of one row
 };
 
+// Stored feature bytes of one row across `levels`.
+std::int64_t row_feature_bytes(const std::vector<LevelSpec>& levels, StorageDtype dtype);
+
 // The signature is a JSON object stored as the root attribute "signature". Two caches may share
 // rows only when every field except the informational ones is equal.
 using Signature = nlohmann::json;

@@ -176,9 +176,7 @@ CommittedRows::CommittedRows(std::string path, std::shared_ptr<RecordedChunks> c
 }
 
 std::int64_t CommittedRows::row_feature_bytes() const {
-  std::int64_t total = 0;
-  for (const auto& level : levels_) total += std::int64_t(level.row_bytes(reader_.storage().dtype));
-  return total;
+  return embcache::row_feature_bytes(levels_, reader_.storage().dtype);
 }
 
 RowBatch CommittedRows::read_rows(std::int64_t start, std::int64_t count) const {
