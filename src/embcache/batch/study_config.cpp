@@ -5,9 +5,9 @@
 #include <fstream>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
 #include "embcache/core/sha256.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/trainer.hpp"
@@ -80,15 +80,13 @@ const char* type_name(const Json& v) {
   }
 }
 
-// A JSON scalar as option text: strings as they are, numbers as JSON writes them.
+// A JSON scalar as option text: strings as they are, numbers with every digit they need to read
+// back as the same double (`"mean": [1370.19151926]` once became "1370.19").
 bool scalar_text(const Json& v, std::string* out) {
   if (v.is_string()) *out = v.get<std::string>();
   else if (v.is_number_integer() || v.is_number_unsigned()) *out = v.dump();
-  else if (v.is_number_float()) {
-    std::ostringstream s;
-    s << v.get<double>();
-    *out = s.str();
-  } else return false;
+  else if (v.is_number_float()) *out = exact_number_text(v.get<double>());
+  else return false;
   return true;
 }
 

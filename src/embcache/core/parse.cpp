@@ -125,6 +125,16 @@ std::string format_number(double value) {
   return s.str();
 }
 
+std::string exact_number_text(double value) {
+  std::string text = format_number(value);
+  for (int digits = 7; digits <= 17 && std::strtod(text.c_str(), nullptr) != value; ++digits) {
+    std::ostringstream s;
+    s << std::setprecision(digits) << value;
+    text = s.str();
+  }
+  return text;
+}
+
 std::string format_duration(double seconds) {
   const long long s = std::llround(std::max(0.0, seconds));
   char text[32];

@@ -22,6 +22,11 @@ std::int64_t parse_bytes(const std::string& text, const std::string& what);
 std::string csv_field(const std::string& text);
 // A number as a person writes it, for messages: 1.5 -> "1.5", 1e-05 -> "1e-05" (6 significant digits).
 std::string format_number(double value);
+// A number as text that reads back (strtod) as exactly `value`: format_number's spelling where that
+// is exact (0.001 -> "0.001", 2.0 -> "2"), else the fewest significant digits that are
+// (1370.19151926 -> "1370.19151926"). Option text made from JSON numbers uses it, so a study keeps
+// every digit while the run ids of studies whose numbers were already exact stay as they were.
+std::string exact_number_text(double value);
 // A duration for progress lines: 42 -> "42s", 725 -> "12m05s", 10980 -> "3h03m".
 std::string format_duration(double seconds);
 // Human-readable byte count: 1536 -> "1.5 KiB".

@@ -1,0 +1,87 @@
+#!/usr/bin/env bash
+# Upgrades cost users nothing. The identity texts behind a study's run ids and the signature of a
+# cache are written out below as embcache computed them before options became typed plans: a
+# refactor that changes either would retrain finished runs or refuse existing caches. And a
+# study's numbers keep every digit: the same options from the CLI and from a study give one
+# signature and share one cache.
+source "$(dirname "$0")/lib.sh"
+: "${DEMO_DATA_PY:?run through ctest}"
+
+# 1. Run ids: SHA-256 over the resolved options and the cache identity (docs/run.md). Dummy
+#    encoder and dataset files are enough for a dry run.
+mkdir golden
+touch golden/enc.pt golden/data.h5
+cat >golden/study.json <<'JSON'
+{
+  "version": 1,
+  "output_dir": "out",
+  "precompute": [ { "name": "enc", "encoder": "enc.pt", "dataset": "data.h5", "crop_size": 32, "overlap": 4,
+                    "scale": 0.0001, "mean": [0.286, 1370.5], "std": [0.353, 2], "dtype": "float16" } ],
+  "probes": [
+    { "name": "sweep", "cache": "enc", "task": "classification", "levels": [[0], [1, 2]], "lr": [1e-3, 0.01],
+      "weight_decay": 1e-4, "epochs": 4 }
+  ]
+}
+JSON
+"$EMBCACHE" run golden/study.json --dry-run >plan.txt
+"$PYTHON" - "$WORK/golden" plan.txt <<'PY' || fail "run ids changed: finished study runs would train again"
+import hashlib, json, re, sys
+d, plan = sys.argv[1], open(sys.argv[2]).read()
+# The precompute entry's identity: its options in --help order, as option text.
+pre = [("encoder", d + "/enc.pt"), ("dataset", d + "/data.h5"), ("format", "auto"), ("layers", ""), ("groups", ""),
+       ("window_names", ""), ("tags", ""), ("split_key", "split"), ("label_layer", ""), ("label_property", ""),
+       ("label_type", "auto"), ("classes", ""), ("reader_threads", 2), ("out", d + "/out/caches/enc.h5"),
+       ("crop_size", "32"), ("overlap", 4), ("pad_value", 0.0), ("levels", ""), ("bands", ""), ("scale", 0.0001),
+       ("mean", "0.286,1370.5"), ("std", "0.353,2"), ("batch_size", "auto"), ("device", "auto"), ("threads", 0),
+       ("amp", "none"), ("dtype", "float16"), ("compression", "none"), ("overwrite", False),
+       ("allow_nonfinite", False), ("commit_seconds", 30.0), ("segment_mb", 1024), ("no_fsync", True),
+       ("stage_priority", "auto")]
+identity = json.dumps(dict(pre), separators=(",", ":"))
+def run_id(levels, lr):
+    o = {"task": "classification", "head": "linear", "levels": levels, "num_classes": 0, "hidden": "", "dropout": 0.1,
+         "conv_blocks": 2, "optimizer": "adamw", "lr": lr, "weight_decay": "0.0001", "epochs": 4, "batch_size": 256,
+         "schedule": "cosine", "warmup_epochs": 0.0, "seed": 0, "patience": 0, "label_smoothing": 0.0,
+         "standardize": "auto", "train_split": "train", "val_split": "val", "test_split": "test", "val_fraction": 0.0,
+         "device": "auto", "threads": 0, "tier": "auto", "gpu_memory_budget": "auto", "host_memory_budget": "auto",
+         "bootstrap": 0, "cache": [d + "/out/caches/enc.h5"], "cache_identity": identity}
+    return hashlib.sha256(json.dumps(o, sort_keys=True, separators=(",", ":")).encode()).hexdigest()[:12]
+for levels, lr in [("0", "0.001"), ("0", "0.01"), ("1+2", "0.001"), ("1+2", "0.01")]:
+    line = "  %s  sweep/levels=%s,lr=%s" % (run_id(levels, lr), levels, lr)
+    assert line in plan, (line, plan)
+print("ok: the 4 run ids of the golden study are unchanged")
+PY
+
+# 2. A cache's signature, as the CLI made it before.
+mkdir data
+"$PYTHON" "$DEMO_DATA_PY" data --train 60 --val 20 --test 20 >/dev/null
+"$EMBCACHE" precompute --encoder data/demo_encoder.pt --dataset data/fashion_mnist.h5 --out cli.h5 --scale 0.0001 \
+  --mean 1370.19151926 --std 2.5 --crop-size 20 --overlap 2 --quiet >/dev/null
+"$EMBCACHE" inspect cli.h5 --json >cli.json
+"$PYTHON" - "$WORK" cli.json <<'PY' || fail "the cache signature changed: existing caches would be refused"
+import hashlib, json, sys
+d, got = sys.argv[1], json.load(open(sys.argv[2]))["signature"]
+want = {"bands": [], "crop_size": [20, 20], "dataset_path": d + "/data/fashion_mnist.h5", "dtype": "float32",
+        "embcache_version": "0.1.0", "encoder_path": d + "/data/demo_encoder.pt",
+        "encoder_sha256": hashlib.sha256(open(d + "/data/demo_encoder.pt", "rb").read()).hexdigest(), "format": 1,
+        "labels": {"class": True}, "levels": ["0", "1", "2"], "levels_requested": "all", "overlap": 2,
+        "pad_value": 0.0, "preprocessing": {"mean": [1370.19151926], "scale": 0.0001, "std": [2.5]}}
+assert got == want, (got, want)
+print("ok: the signature of a CLI cache is unchanged and keeps every digit of --mean")
+PY
+
+# 3. The same options from a study: the study finds the CLI's cache complete and computes nothing.
+cat >study.json <<'JSON'
+{
+  "version": 1,
+  "output_dir": "out",
+  "precompute": [ { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5",
+                    "out": "cli.h5", "scale": 0.0001, "mean": [1370.19151926], "std": [2.5],
+                    "crop_size": 20, "overlap": 2 } ]
+}
+JSON
+"$EMBCACHE" run study.json >study.txt 2>&1 || fail "study on the CLI's cache: $(cat study.txt)"
+grep -q "(0 computed, 400 cached, 0 stale)" study.txt || fail "the study did not reuse the CLI's cache: $(cat study.txt)"
+"$EMBCACHE" inspect cli.h5 --json >after.json
+"$PYTHON" -c 'import json, sys; a, b = (json.load(open(f))["signature"] for f in sys.argv[1:]); assert a == b, (a, b)' \
+  cli.json after.json || fail "the study changed the cache's signature"
+echo "ok: a study with the CLI's options (mean 1370.19151926) reuses the CLI's cache"
