@@ -1,13 +1,11 @@
 #include "embcache/batch/study_runner.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <memory>
 #include <set>
-#include <sstream>
 
 #include "embcache/batch/report.hpp"
 #include "embcache/batch/results_table.hpp"
@@ -137,55 +135,99 @@ nlohmann::json run_metrics(const nlohmann::json& pass, const ProbeRun& run, cons
   return j;
 }
 
-}  // namespace
+// The entries `--only` selects; probes bring the precomputes they read.
+struct Selection {
+  std::set<std::string> precomputes, groups;
+};
 
-void run_study(const RunStudyOptions& options) {
-  const Study study = load_study(options.config);
+Selection select_entries(const Study& study, const std::vector<std::string>& only) {
+  Selection selected;
+  if (only.empty()) {
+    for (const auto& p : study.precomputes) selected.precomputes.insert(p.name);
+    selected.groups.insert(study.groups.begin(), study.groups.end());
+    return selected;
+  }
+  for (const auto& name : only) {
+    const bool is_pre = std::any_of(study.precomputes.begin(), study.precomputes.end(), [&](const auto& p) { return p.name == name; });
+    const bool is_group = std::find(study.groups.begin(), study.groups.end(), name) != study.groups.end();
+    if (!is_pre && !is_group) {
+      std::string names;
+      for (const auto& p : study.precomputes) names += (names.empty() ? "" : ", ") + p.name;
+      for (const auto& g : study.groups) names += (names.empty() ? "" : ", ") + g;
+      throw UsageError("--only " + name + ": no precompute or probe entry of that name in " + study.path +
+                       " (entries: " + names + ")");
+    }
+    if (is_pre) selected.precomputes.insert(name);
+    if (is_group) selected.groups.insert(name);
+  }
+  for (const auto& run : study.runs) {
+    if (selected.groups.count(run.group) && !run.cache_entry.empty()) selected.precomputes.insert(run.cache_entry);
+  }
+  return selected;
+}
 
-  // --only: entry names; probes bring the precomputes they read.
-  std::set<std::string> selected_pre, selected_groups;
-  if (options.only.empty()) {
-    for (const auto& p : study.precomputes) selected_pre.insert(p.name);
-    for (const auto& g : study.groups) selected_groups.insert(g);
-  } else {
-    for (const auto& name : options.only) {
-      const bool is_pre = std::any_of(study.precomputes.begin(), study.precomputes.end(), [&](const auto& p) { return p.name == name; });
-      const bool is_group = std::find(study.groups.begin(), study.groups.end(), name) != study.groups.end();
-      if (!is_pre && !is_group) {
-        std::string names;
-        for (const auto& p : study.precomputes) names += (names.empty() ? "" : ", ") + p.name;
-        for (const auto& g : study.groups) names += (names.empty() ? "" : ", ") + g;
-        throw UsageError("--only " + name + ": no precompute or probe entry of that name in " + study.path +
-                         " (entries: " + names + ")");
+// One `embcache run` per output_dir: two would train the same runs twice into the same pass
+// directories and append each result to the ledger twice.
+std::unique_ptr<FileLock> lock_output_dir(const Study& study) {
+  std::error_code ec;
+  fs::create_directories(study.output_dir, ec);
+  if (ec) throw IoError("output_dir " + study.output_dir + ": cannot create (" + ec.message() + ")");
+  return std::make_unique<FileLock>(study.output_dir + "/run.lock",
+                                    "output_dir " + study.output_dir + ": another `embcache run` is working in it; "
+                                    "wait for it to finish, or give this study another output_dir",
+                                    "output_dir must be writable");
+}
+
+void say_stale(std::size_t n, const char* more, const std::string& which_rows) {
+  std::printf("%zu %sfinished run%s trained on rows %s; %s again\n", n, more, n == 1 ? " was" : "s were",
+              which_rows.c_str(), n == 1 ? "it runs" : "they run");
+}
+
+// Which selected runs are finished, which are stale, and how the rest fuse into passes. A finished
+// run trained on other rows than its caches hold now (a dataset grew, pixels changed, a cache was
+// rebuilt) is stale and runs again.
+class StudyPlan {
+ public:
+  StudyPlan(const Study& study, const RunLedger& ledger, const Selection& selected, bool force)
+      : study_(study), ledger_(ledger), selected_(selected), force_(force) {}
+
+  // Plans again from the caches as they are now (after the precomputes ran).
+  void update() {
+    content_memo_.clear();
+    pending_.clear();
+    passes.clear();
+    finished = stale = selected_runs = 0;
+    for (std::size_t i = 0; i < study_.runs.size(); ++i) {
+      const ProbeRun& run = study_.runs[i];
+      if (!selected_.groups.count(run.group)) continue;
+      ++selected_runs;
+      bool current = ledger_.finished(run.id) && !force_;
+      if (current && ledger_.row(run.id).contains("cache_content") &&
+          ledger_.row(run.id)["cache_content"] != content_of(run.options)) {
+        current = false;
+        ++stale;
       }
-      if (is_pre) selected_pre.insert(name);
-      if (is_group) selected_groups.insert(name);
+      if (current) {
+        ++finished;
+      } else {
+        pending_.push_back(i);
+      }
     }
-    for (const auto& run : study.runs) {
-      if (selected_groups.count(run.group) && !run.cache_entry.empty()) selected_pre.insert(run.cache_entry);
+    std::map<std::string, std::vector<std::size_t>> buckets;
+    std::vector<std::string> order;
+    for (auto r : pending_) {
+      const std::string key = shared_key(study_.runs[r]);
+      if (!buckets.count(key)) order.push_back(key);
+      buckets[key].push_back(r);
     }
+    for (const auto& key : order) add_passes(study_, buckets[key], &passes);
   }
 
-  // One `embcache run` per output_dir: two would train the same runs twice into the same pass
-  // directories and append each result to the ledger twice. A dry run only reads.
-  std::unique_ptr<FileLock> lock;
-  if (!options.dry_run) {
-    std::error_code ec;
-    fs::create_directories(study.output_dir, ec);
-    if (ec) throw IoError("output_dir " + study.output_dir + ": cannot create (" + ec.message() + ")");
-    lock = std::make_unique<FileLock>(study.output_dir + "/run.lock",
-                                      "output_dir " + study.output_dir + ": another `embcache run` is working in it; "
-                                      "wait for it to finish, or give this study another output_dir",
-                                      "output_dir must be writable");
-  }
-  RunLedger ledger(study.output_dir, study.version);
-  // What each run's caches hold now (their content ids): a finished run trained on other rows
-  // (a dataset grew, pixels changed, a cache was rebuilt) is stale and runs again.
-  std::map<std::string, std::string> content_memo;
-  auto content_of = [&](const ProbeOptions& o) {
+  // The content ids of the caches a run reads, as the ledger records them.
+  std::string content_of(const ProbeOptions& o) {
     std::string content;
     for (const auto& cache : o.caches) {
-      auto [it, fresh] = content_memo.try_emplace(cache);
+      auto [it, fresh] = content_memo_.try_emplace(cache);
       if (fresh) {
         try {
           if (fs::exists(cache)) it->second = CacheFileReader(cache).content_id().value_or("");
@@ -195,81 +237,52 @@ void run_study(const RunStudyOptions& options) {
       content += (content.empty() ? "" : ",") + it->second;
     }
     return content;
-  };
-  std::vector<std::size_t> pending;
-  std::vector<Pass> passes;
-  std::size_t finished = 0, stale = 0, selected_runs = 0;
-  auto say_stale = [](std::size_t n, const char* more, const std::string& which_rows) {
-    std::printf("%zu %sfinished run%s trained on rows %s; %s again\n", n, more, n == 1 ? " was" : "s were",
-                which_rows.c_str(), n == 1 ? "it runs" : "they run");
-  };
-  auto plan = [&] {
-    pending.clear();
-    passes.clear();
-    finished = stale = selected_runs = 0;
-    for (std::size_t i = 0; i < study.runs.size(); ++i) {
-      const ProbeRun& run = study.runs[i];
-      if (!selected_groups.count(run.group)) continue;
-      ++selected_runs;
-      bool current = ledger.finished(run.id) && !options.force;
-      if (current && ledger.row(run.id).contains("cache_content") &&
-          ledger.row(run.id)["cache_content"] != content_of(run.options)) {
-        current = false;
-        ++stale;
-      }
-      if (current) {
-        ++finished;
-      } else {
-        pending.push_back(i);
-      }
-    }
-    std::map<std::string, std::vector<std::size_t>> buckets;
-    std::vector<std::string> order;
-    for (auto r : pending) {
-      const std::string key = shared_key(study.runs[r]);
-      if (!buckets.count(key)) order.push_back(key);
-      buckets[key].push_back(r);
-    }
-    for (const auto& key : order) add_passes(study, buckets[key], &passes);
-  };
-  plan();
-
-  std::printf("%s: %zu precompute%s, %zu probe run%s (%zu finished, %zu to run in %zu train-probe pass%s) -> %s\n",
-              study.path.c_str(), selected_pre.size(), selected_pre.size() == 1 ? "" : "s", selected_runs,
-              selected_runs == 1 ? "" : "s", finished, pending.size(), passes.size(), passes.size() == 1 ? "" : "es",
-              study.output_dir.c_str());
-  if (stale > 0) say_stale(stale, "", std::string(stale == 1 ? "its" : "their") + " cache no longer holds");
-  if (options.dry_run) {
-    for (const auto& p : study.precomputes) {
-      if (!selected_pre.count(p.name)) continue;
-      std::printf("precompute %s: %s over %s -> %s\n  %s\n", p.name.c_str(), p.options.encoder.c_str(),
-                  p.options.dataset.c_str(), p.options.out.c_str(), cache_state(p).c_str());
-    }
-    for (std::size_t i = 0; i < passes.size(); ++i) {
-      const auto& o = passes[i].options;
-      std::printf("pass %zu: %s, %zu run%s in one pass: task %s, head %s, levels %s, lr %s, weight decay %s, %lld epoch%s, cache %s\n",
-                  i + 1, study.runs[passes[i].runs.front()].group.c_str(), passes[i].runs.size(),
-                  passes[i].runs.size() == 1 ? "" : "s", o.task.c_str(), o.head.c_str(), o.levels.c_str(), o.lr.c_str(),
-                  o.weight_decay.c_str(), static_cast<long long>(o.epochs), o.epochs == 1 ? "" : "s", o.caches.front().c_str());
-      for (auto r : passes[i].runs) std::printf("  %s  %s\n", study.runs[r].id.c_str(), study.runs[r].name.c_str());
-      // Where its caches exist already, the pass can be checked as the run will check it.
-      const bool caches_exist =
-          std::all_of(o.caches.begin(), o.caches.end(), [](const std::string& c) { return fs::exists(c); });
-      if (caches_exist) {
-        try {
-          preflight_probe(o);
-        } catch (const Error& e) {
-          std::printf("  will fail: %s\n", e.what());
-        }
-      }
-    }
-    std::fflush(stdout);
-    return;
   }
 
-  std::error_code ec;
+  std::size_t pending() const { return pending_.size(); }
+
+  std::vector<Pass> passes;
+  std::size_t finished = 0, stale = 0, selected_runs = 0;
+
+ private:
+  const Study& study_;
+  const RunLedger& ledger_;
+  const Selection& selected_;
+  bool force_;
+  std::vector<std::size_t> pending_;
+  std::map<std::string, std::string> content_memo_;
+};
+
+void print_dry_run(const Study& study, const Selection& selected, const StudyPlan& plan) {
   for (const auto& p : study.precomputes) {
-    if (!selected_pre.count(p.name)) continue;
+    if (!selected.precomputes.count(p.name)) continue;
+    std::printf("precompute %s: %s over %s -> %s\n  %s\n", p.name.c_str(), p.options.encoder.c_str(),
+                p.options.dataset.c_str(), p.options.out.c_str(), cache_state(p).c_str());
+  }
+  for (std::size_t i = 0; i < plan.passes.size(); ++i) {
+    const auto& pass = plan.passes[i];
+    const auto& o = pass.options;
+    std::printf("pass %zu: %s, %zu run%s in one pass: task %s, head %s, levels %s, lr %s, weight decay %s, %lld epoch%s, cache %s\n",
+                i + 1, study.runs[pass.runs.front()].group.c_str(), pass.runs.size(), pass.runs.size() == 1 ? "" : "s",
+                o.task.c_str(), o.head.c_str(), o.levels.c_str(), o.lr.c_str(), o.weight_decay.c_str(),
+                static_cast<long long>(o.epochs), o.epochs == 1 ? "" : "s", o.caches.front().c_str());
+    for (auto r : pass.runs) std::printf("  %s  %s\n", study.runs[r].id.c_str(), study.runs[r].name.c_str());
+    // Where its caches exist already, the pass can be checked as the run will check it.
+    if (std::all_of(o.caches.begin(), o.caches.end(), [](const std::string& c) { return fs::exists(c); })) {
+      try {
+        preflight_probe(o);
+      } catch (const Error& e) {
+        std::printf("  will fail: %s\n", e.what());
+      }
+    }
+  }
+  std::fflush(stdout);
+}
+
+void run_precomputes(const Study& study, const Selection& selected) {
+  for (const auto& p : study.precomputes) {
+    if (!selected.precomputes.count(p.name)) continue;
+    std::error_code ec;
     fs::create_directories(fs::path(p.options.out).parent_path(), ec);
     std::printf("== precompute %s ==\n", p.name.c_str());
     std::fflush(stdout);
@@ -288,17 +301,11 @@ void run_study(const RunStudyOptions& options) {
       throw Interrupted("interrupted during precompute " + p.name + "; rerun the same command to continue");
     }
   }
+}
 
-  // The precomputes may have changed rows that finished runs were trained on.
-  {
-    const std::size_t stale_before = stale;
-    content_memo.clear();
-    plan();
-    if (stale > stale_before) say_stale(stale - stale_before, "more ", "the precomputes just changed");
-  }
-
-  // The caches exist now: a level or a label a pass needs and its cache lacks stops the study
-  // before any pass trains, not after the passes before it have.
+// The caches exist now: a level or a label a pass needs and its cache lacks stops the study
+// before any pass trains, not after the passes before it have.
+void preflight_passes(const Study& study, const std::vector<Pass>& passes) {
   for (const Pass& pass : passes) {
     try {
       preflight_probe(pass.options);
@@ -307,50 +314,91 @@ void run_study(const RunStudyOptions& options) {
                                 "; no probe pass was run");
     }
   }
+}
 
-  for (std::size_t i = 0; i < passes.size(); ++i) {
-    const Pass& pass = passes[i];
-    std::printf("== pass %zu/%zu: %s, %zu run%s (head %s, levels %s, lr %s, weight decay %s) ==\n", i + 1, passes.size(),
-                study.runs[pass.runs.front()].group.c_str(), pass.runs.size(), pass.runs.size() == 1 ? "" : "s",
-                pass.options.head.c_str(), pass.options.levels.c_str(), pass.options.lr.c_str(),
-                pass.options.weight_decay.c_str());
-    std::fflush(stdout);
-    std::vector<nlohmann::json> rows;
-    std::map<std::size_t, bool> written;
-    const std::string trained_on = content_of(pass.options);
-    ProbeHooks hooks;
-    hooks.on_combination = [&](const CombinationOutcome& c) {
-      for (auto r : pass.runs) {
-        const ProbeRun& run = study.runs[r];
-        if (written.count(r)) continue;
-        if (run.options.head != c.head || run.options.levels != c.levels_requested ||
-            parse_double(run.options.lr, "lr") != c.lr || parse_double(run.options.weight_decay, "weight_decay") != c.weight_decay) {
-          continue;
-        }
-        fs::create_directories(run.options.out);
-        const nlohmann::json m = run_metrics(*c.run_metrics, run, c, pass.runs.size());
-        write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
-        write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
-        if (c.best_epoch > 0) {  // a run that diverged before its first finite epoch has no head
-          c.save_head(run.options.out + "/head.pt.tmp");
-          fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
-        }
-        rows.push_back(result_row(run, m));
-        rows.back()["cache_content"] = trained_on;
-        written[r] = true;
-      }
-    };
-    const ProbeResult result = train_probe(pass.options, hooks);
-    std::printf("%s\n", result.summary.c_str());
-    std::fflush(stdout);
-    if (rows.size() != pass.runs.size()) {
-      throw std::logic_error("run: a pass finished without results for every run it fused");
-    }
-    ledger.append(rows);
-    write_results(study, ledger);
+// Writes one run's directory from its combination of the pass; returns its ledger row.
+nlohmann::json write_run(const ProbeRun& run, const CombinationOutcome& c, std::size_t fused, const std::string& trained_on) {
+  fs::create_directories(run.options.out);
+  const nlohmann::json m = run_metrics(*c.run_metrics, run, c, fused);
+  write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
+  write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
+  if (c.best_epoch > 0) {  // a run that diverged before its first finite epoch has no head
+    c.save_head(run.options.out + "/head.pt.tmp");
+    fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
   }
+  nlohmann::json row = result_row(run, m);
+  row["cache_content"] = trained_on;
+  return row;
+}
+
+bool same_combination(const ProbeOptions& run, const CombinationOutcome& c) {
+  return run.head == c.head && run.levels == c.levels_requested && parse_double(run.lr, "lr") == c.lr &&
+         parse_double(run.weight_decay, "weight_decay") == c.weight_decay;
+}
+
+// Trains one pass and records each of its runs in the ledger as soon as the pass ends.
+void run_pass(const Study& study, const Pass& pass, const std::string& trained_on, RunLedger& ledger) {
+  std::vector<nlohmann::json> rows;
+  std::set<std::size_t> written;
+  ProbeHooks hooks;
+  hooks.on_combination = [&](const CombinationOutcome& c) {
+    for (auto r : pass.runs) {
+      if (written.count(r) || !same_combination(study.runs[r].options, c)) continue;
+      rows.push_back(write_run(study.runs[r], c, pass.runs.size(), trained_on));
+      written.insert(r);
+    }
+  };
+  const ProbeResult result = train_probe(pass.options, hooks);
+  std::printf("%s\n", result.summary.c_str());
+  std::fflush(stdout);
+  if (rows.size() != pass.runs.size()) {
+    throw std::logic_error("run: a pass finished without results for every run it fused");
+  }
+  ledger.append(rows);
   write_results(study, ledger);
-  std::printf("\n%s", results_text(study, ledger, selected_groups).c_str());
+}
+
+}  // namespace
+
+void run_study(const RunStudyOptions& options) {
+  const Study study = load_study(options.config);
+  const Selection selected = select_entries(study, options.only);
+  // A dry run only reads.
+  const std::unique_ptr<FileLock> lock = options.dry_run ? nullptr : lock_output_dir(study);
+  RunLedger ledger(study.output_dir, study.version);
+  StudyPlan plan(study, ledger, selected, options.force);
+  plan.update();
+
+  std::printf("%s: %zu precompute%s, %zu probe run%s (%zu finished, %zu to run in %zu train-probe pass%s) -> %s\n",
+              study.path.c_str(), selected.precomputes.size(), selected.precomputes.size() == 1 ? "" : "s",
+              plan.selected_runs, plan.selected_runs == 1 ? "" : "s", plan.finished, plan.pending(),
+              plan.passes.size(), plan.passes.size() == 1 ? "" : "es", study.output_dir.c_str());
+  if (plan.stale > 0) say_stale(plan.stale, "", std::string(plan.stale == 1 ? "its" : "their") + " cache no longer holds");
+  if (options.dry_run) {
+    print_dry_run(study, selected, plan);
+    return;
+  }
+
+  run_precomputes(study, selected);
+  // The precomputes may have changed rows that finished runs were trained on.
+  const std::size_t stale_before = plan.stale;
+  plan.update();
+  if (plan.stale > stale_before) say_stale(plan.stale - stale_before, "more ", "the precomputes just changed");
+  preflight_passes(study, plan.passes);
+
+  for (std::size_t i = 0; i < plan.passes.size(); ++i) {
+    const Pass& pass = plan.passes[i];
+    std::printf("== pass %zu/%zu: %s, %zu run%s (head %s, levels %s, lr %s, weight decay %s) ==\n", i + 1,
+                plan.passes.size(), study.runs[pass.runs.front()].group.c_str(), pass.runs.size(),
+                pass.runs.size() == 1 ? "" : "s", pass.options.head.c_str(), pass.options.levels.c_str(),
+                pass.options.lr.c_str(), pass.options.weight_decay.c_str());
+    std::fflush(stdout);
+    run_pass(study, pass, plan.content_of(pass.options), ledger);
+  }
+  // Precomputes alone (no probe entries, or --only a precompute) have no results to table.
+  if (selected.groups.empty()) return;
+  write_results(study, ledger);
+  std::printf("\n%s", results_text(study, ledger, selected.groups).c_str());
   const std::string report = write_report(study.output_dir);
   std::printf("\nresults: %s/results.csv, %s/results.jsonl\nreport: %s\n", study.output_dir.c_str(),
               study.output_dir.c_str(), report.c_str());
