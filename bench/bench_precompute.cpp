@@ -12,9 +12,9 @@
 #include <vector>
 
 #include "embcache/core/error.hpp"
-#include "embcache/pipeline/cancellation.hpp"
+#include "embcache/h5/process_settings.hpp"
 #include "embcache/pipeline/precompute.hpp"
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 
 namespace {
 

@@ -11,7 +11,8 @@
 #include "embcache/cli/run_command.hpp"
 #include "embcache/cli/train_probe_command.hpp"
 #include "embcache/core/error.hpp"
-#include "embcache/pipeline/cancellation.hpp"
+#include "embcache/core/stop_request.hpp"
+#include "embcache/h5/process_settings.hpp"
 
 int main(int argc, char** argv) {
   embcache::tune_process();

@@ -3,7 +3,7 @@
 #include <chrono>
 
 #include "embcache/store/fletcher32.hpp"
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 #include "embcache/store/storage_options.hpp"
 #include "test_support.hpp"
 

@@ -14,11 +14,12 @@
 #include <thread>
 
 #include "embcache/cli/option_binding.hpp"
+#include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/pipeline/batch_size_search.hpp"
-#include "embcache/pipeline/bounded_queue.hpp"
+#include "embcache/core/bounded_queue.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_file_reader.hpp"

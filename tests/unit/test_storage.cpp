@@ -14,7 +14,7 @@
 #include "embcache/store/cache_file_writer.hpp"
 #include "embcache/store/file_space.hpp"
 #include "embcache/store/fletcher32.hpp"
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 #include "test_support.hpp"
 
 using namespace embcache;

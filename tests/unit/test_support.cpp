@@ -4,7 +4,7 @@
 #include <filesystem>
 #include <stdexcept>
 
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 
 namespace fs = std::filesystem;
 

@@ -20,7 +20,7 @@
 #include "embcache/probe/trainer.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_store.hpp"
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 
 namespace embcache {
 namespace {

@@ -6,7 +6,7 @@
 #include <unordered_map>
 
 #include "embcache/core/error.hpp"
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 
 namespace embcache {
 namespace {

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "embcache/core/crop_key.hpp"
+#include "embcache/core/label_kinds.hpp"
 
 namespace embcache {
 
@@ -20,17 +21,6 @@ struct WindowInfo {
   std::string name;
   std::string split;
   Bounds bounds;  // the window's pixel bounds; crops are placed in these coordinates
-};
-
-// Which labels a dataset carries; every window of one dataset has the same kinds.
-struct LabelKinds {
-  bool has_class = false;
-  bool has_value = false;
-  std::int64_t value_width = 0;  // 0: one scalar per window ([N]); K: a vector ([N, K])
-  bool has_mask = false;
-  std::int64_t ignore_index = -1;
-  std::vector<std::string> class_names;  // class id -> name, when the dataset names its classes
-  bool has_pixel_value = false;           // a float32 target per pixel (NaN: no value)
 };
 
 struct WindowData {

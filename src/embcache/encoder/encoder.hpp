@@ -13,9 +13,6 @@ namespace embcache {
 enum class Amp { kNone, kFp16, kBf16 };
 Amp parse_amp(const std::string& text);
 
-// auto = CUDA when this build and machine have it. UsageError for CUDA without CUDA.
-c10::Device resolve_device(const std::string& text);
-
 struct EncoderOutput {
   std::vector<std::string> names;  // dict keys, or "0", "1", ... in output order
   std::vector<at::Tensor> levels;  // [B, C, H, W] or [B, C], on the encoder's device

@@ -18,6 +18,7 @@
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/crop_key.hpp"
+#include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/pixel_hash.hpp"
@@ -31,8 +32,8 @@
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/preprocess.hpp"
 #include "embcache/pipeline/batch_size_search.hpp"
-#include "embcache/pipeline/bounded_queue.hpp"
-#include "embcache/pipeline/cancellation.hpp"
+#include "embcache/core/bounded_queue.hpp"
+#include "embcache/core/stop_request.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/store/cache_store.hpp"
 #include "embcache/store/finite_check.hpp"

@@ -10,7 +10,7 @@
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/error.hpp"
-#include "embcache/pipeline/bounded_queue.hpp"
+#include "embcache/core/bounded_queue.hpp"
 
 namespace embcache {
 namespace {

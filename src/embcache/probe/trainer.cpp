@@ -15,13 +15,13 @@
 #include <sstream>
 
 #include "embcache/core/clock.hpp"
+#include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
 #include "embcache/core/memory_info.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/progress.hpp"
-#include "embcache/encoder/encoder.hpp"
-#include "embcache/pipeline/cancellation.hpp"
+#include "embcache/core/stop_request.hpp"
 #include "embcache/probe/feature_feed.hpp"
 #include "embcache/probe/heads.hpp"
 #include "embcache/probe/metrics.hpp"

@@ -7,7 +7,7 @@
 #include <vector>
 
 #include "embcache/store/cache_schema.hpp"
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 #include "embcache/store/row_batch.hpp"
 #include "embcache/store/row_source.hpp"
 

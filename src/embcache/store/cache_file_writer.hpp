@@ -11,7 +11,7 @@
 #include "embcache/store/background_writeback.hpp"
 #include "embcache/store/cache_schema.hpp"
 #include "embcache/store/file_space.hpp"
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 #include "embcache/store/row_batch.hpp"
 
 namespace embcache {

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "embcache/dataset/window_source.hpp"
+#include "embcache/core/label_kinds.hpp"
 #include "embcache/store/storage_options.hpp"
 
 namespace embcache {

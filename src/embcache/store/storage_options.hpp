@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 
 namespace embcache {
 

@@ -1,4 +1,4 @@
-#include "embcache/store/h5.hpp"
+#include "embcache/h5/h5.hpp"
 
 #include <algorithm>
 #include <cstring>

@@ -1,6 +1,5 @@
-#include "embcache/pipeline/cancellation.hpp"
+#include "embcache/core/stop_request.hpp"
 
-#include <hdf5.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -31,13 +30,5 @@ void install_stop_handlers() {
 }
 
 bool stop_requested() { return g_stop.load(std::memory_order_relaxed); }
-
-void tune_process() {
-  // HDF5's exit handler closes files still open; after a failed write (disk full) it crashes
-  // there. Every file embcache trusts is closed explicitly before use, and files still open at
-  // exit are discarded segments, so the handler is not needed.
-  H5dont_atexit();
-  std::signal(SIGXFSZ, SIG_IGN);
-}
 
 }  // namespace embcache

@@ -1,0 +1,15 @@
+// The compute device an option names: "auto", "cpu", "cuda" or "cuda:N", checked against this
+// build and machine. Used by precompute (the encoder) and train-probe (the heads).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <string>
+
+namespace embcache {
+
+// auto = CUDA when this build and machine have it. UsageError for CUDA without CUDA, and for a
+// device index past the last GPU.
+c10::Device resolve_device(const std::string& text);
+
+}  // namespace embcache

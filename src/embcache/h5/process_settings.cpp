@@ -1,0 +1,17 @@
+#include "embcache/h5/process_settings.hpp"
+
+#include <hdf5.h>
+
+#include <csignal>
+
+namespace embcache {
+
+void tune_process() {
+  // HDF5's exit handler closes files still open; after a failed write (disk full) it crashes
+  // there. Every file embcache trusts is closed explicitly before use, and files still open at
+  // exit are discarded segments, so the handler is not needed.
+  H5dont_atexit();
+  std::signal(SIGXFSZ, SIG_IGN);
+}
+
+}  // namespace embcache

@@ -1,0 +1,11 @@
+// Process settings every embcache command wants before its first HDF5 call.
+#pragma once
+
+namespace embcache {
+
+// HDF5 does not close files at exit (see the definition), and writes past a file-size limit fail
+// with EFBIG instead of killing the process. Call before any HDF5 use. (The allocator settings
+// for encoders are scoped to the encoder's run: encoder/allocator_scope.hpp.)
+void tune_process();
+
+}  // namespace embcache
