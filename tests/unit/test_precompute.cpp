@@ -18,8 +18,8 @@
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
-#include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/core/bounded_queue.hpp"
+#include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_file_reader.hpp"
@@ -30,6 +30,11 @@ using namespace embcache;
 namespace fs = std::filesystem;
 
 namespace {
+
+// The tests state their runs as options, as a user does; the plan is made as the CLI makes it.
+PrecomputeSummary precompute(const PrecomputeOptions& o, const PrecomputeHooks& hooks = {}) {
+  return run_precompute(plan_precompute(o), hooks);
+}
 
 struct Setup {
   testing::TempDir dir;
@@ -68,7 +73,7 @@ std::int64_t count_calls(const PrecomputeOptions& o, PrecomputeSummary* summary 
   std::int64_t calls = 0;
   PrecomputeHooks hooks;
   hooks.on_encoder_call = [&](std::int64_t) { ++calls; };
-  const PrecomputeSummary s = run_precompute(o, hooks);
+  const PrecomputeSummary s = precompute(o, hooks);
   if (summary) *summary = s;
   return calls;
 }
@@ -76,7 +81,7 @@ std::int64_t count_calls(const PrecomputeOptions& o, PrecomputeSummary* summary 
 template <typename E>
 std::string error_of(const PrecomputeOptions& o) {
   try {
-    run_precompute(o);
+    precompute(o);
   } catch (const E& e) {
     return e.what();
   }
@@ -381,7 +386,7 @@ TEST_CASE("signature mismatch names the differing fields; --overwrite rebuilds")
   REQUIRE(contains(message, "--overwrite"));
   REQUIRE(CacheFileReader(s.cache).rows() == 24);  // untouched
   o.overwrite = true;
-  REQUIRE_NOTHROW(run_precompute(o));
+  REQUIRE_NOTHROW(precompute(o));
   REQUIRE(CacheFileReader(s.cache).storage().dtype == StorageDtype::kFloat16);
   PrecomputeOptions other = s.options("multi_traced.pt");
   REQUIRE(contains(error_of<InputError>(other), "encoder_sha256"));
@@ -391,7 +396,7 @@ TEST_CASE("levels are selected by index or dict key; unknown levels are refused 
   Setup s;
   PrecomputeOptions o = s.options("dict_scripted.pt");
   o.levels = "pooled";
-  run_precompute(o);
+  precompute(o);
   CacheFileReader reader(s.cache);
   REQUIRE(reader.levels().size() == 1);
   REQUIRE(reader.levels()[0].name == "pooled");
@@ -405,7 +410,7 @@ TEST_CASE("levels are selected by index or dict key; unknown levels are refused 
   REQUIRE_FALSE(fs::exists(t.cache));
   PrecomputeOptions by_index = t.options();
   by_index.levels = "2,0";
-  run_precompute(by_index);
+  precompute(by_index);
   CacheFileReader r2(t.cache);
   REQUIRE(r2.levels()[0].name == "2");
   REQUIRE(r2.levels()[1].name == "0");
@@ -441,7 +446,7 @@ TEST_CASE("bad encoders: one clear error each, and no cache written") {
   const std::string message = error_of<InputError>(o);
   REQUIRE(contains(message, "level 0 of crop default/win"));
   o.allow_nonfinite = true;
-  REQUIRE_NOTHROW(run_precompute(o));
+  REQUIRE_NOTHROW(precompute(o));
 }
 
 TEST_CASE("bad datasets and options: one clear error each") {
@@ -463,7 +468,7 @@ TEST_CASE("bad datasets and options: one clear error each") {
   dup.names = {"a", "b", "a"};
   REQUIRE(contains(error_of<InputError>(with_dataset(dup)), "rows 0 and 2 are both \"a\""));
   dup.groups = {"g1", "g1", "g2"};  // same name in another group is fine
-  REQUIRE_NOTHROW(run_precompute(with_dataset(dup)));
+  REQUIRE_NOTHROW(precompute(with_dataset(dup)));
 
   testing::ArrayDatasetSpec labels;
   labels.images = at::zeros({3, 3, 8, 8}, at::kByte);
@@ -526,7 +531,7 @@ TEST_CASE("an unwritable directory is refused before any work") {
     std::ofstream(s.dir.file("file")) << "x";
     PrecomputeOptions o = s.options();
     o.out = s.dir.file("file/cache.h5");
-    REQUIRE_THROWS_AS(run_precompute(o), IoError);
+    REQUIRE_THROWS_AS(precompute(o), IoError);
     return;
   }
   Setup s;
@@ -558,7 +563,7 @@ TEST_CASE("uint16 pixels beyond int16's range are read exactly") {
     o.threads = 1;
     o.batch_size = "2";
     o.scale = 0.0001;
-    run_precompute(o);
+    precompute(o);
     caches.push_back(o.out);
   }
   const RowBatch a = CacheFileReader(caches[0]).read_rows(0, 2);
@@ -568,7 +573,7 @@ TEST_CASE("uint16 pixels beyond int16's range are read exactly") {
 
 TEST_CASE("under auto, the stages decide light or heavy once, on the fastest stored batches") {
   // Under auto the stages decide after 8 stored batches, on the fastest: 4 MB in 2 ms is light.
-  StagePriority heavy("auto"), light("auto"), idle("idle");
+  StagePriority heavy(StageScheduling::kAuto), light(StageScheduling::kAuto), idle(StageScheduling::kIdle);
   for (int batch = 0; batch < 7; ++batch) {
     heavy.observe(4e6, 0.05);
     light.observe(4e6, batch == 0 ? 0.03 : 0.002);  // the first call is slow
@@ -717,7 +722,7 @@ TEST_CASE("--batch-size auto keeps the fastest size and stops at the first that 
   std::vector<std::int64_t> call_sizes;
   PrecomputeHooks hooks;
   hooks.on_encoder_call = [&](std::int64_t n) { call_sizes.push_back(n); };
-  const PrecomputeSummary summary = run_precompute(o, hooks);
+  const PrecomputeSummary summary = precompute(o, hooks);
   REQUIRE(summary.crops_computed == 24);
   const auto& trials = summary.batch_size_trials;
   REQUIRE(trials.size() >= 2);

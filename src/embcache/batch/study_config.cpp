@@ -9,7 +9,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/sha256.hpp"
-#include "embcache/pipeline/precompute.hpp"
+#include "embcache/pipeline/precompute_plan.hpp"
 #include "embcache/probe/trainer.hpp"
 
 namespace embcache {
@@ -394,7 +394,7 @@ class StudyParser {
     }
     if (problems_.lines.size() == problems_before && !entry.options.out.empty()) {
       try {
-        check_precompute_options(entry.options);
+        entry.plan = plan_precompute(entry.options);
       } catch (const Error& err) {
         add_option_problem(where, "", pre_fields, err.what());
       }

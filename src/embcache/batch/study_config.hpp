@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "embcache/pipeline/precompute_options.hpp"
+#include "embcache/pipeline/precompute_plan.hpp"
 #include "embcache/probe/probe_options.hpp"
 
 namespace embcache {
@@ -15,7 +16,8 @@ constexpr int kStudyVersion = 1;
 
 struct PrecomputeEntry {
   std::string name;
-  PrecomputeOptions options;  // paths absolute; out defaults to OUTPUT_DIR/caches/NAME.h5
+  PrecomputeOptions options;  // paths absolute; out defaults to OUTPUT_DIR/caches/NAME.h5; the run id's text
+  PrecomputePlan plan;        // the options as typed values: what the study runs
 };
 
 // One point of a probe grid: what one `train-probe` run with scalar lr, head, levels... would do.

@@ -101,7 +101,7 @@ std::string cache_state(const PrecomputeEntry& entry) {
   const std::string& out = entry.options.out;
   if (!fs::exists(out)) {
     try {
-      const PrecomputeEstimate e = estimate_precompute(entry.options);
+      const PrecomputeEstimate e = estimate_precompute(entry.plan);
       return "not computed yet; estimated " + std::to_string(e.crops) + " crops from " + std::to_string(e.windows) +
              " windows x " + format_bytes(double(e.bytes_per_crop)) + " = " +
              format_bytes(double(e.crops) * double(e.bytes_per_crop)) + " of features (levels " + join(e.levels, ", ") + ")";
@@ -288,7 +288,7 @@ void run_precomputes(const Study& study, const Selection& selected) {
     std::fflush(stdout);
     PrecomputeSummary summary;
     try {
-      summary = run_precompute(p.options);
+      summary = run_precompute(p.plan);
     } catch (const SignatureMismatch& e) {
       // "overwrite": true would rebuild the cache, and retrain its runs, at every rerun.
       throw InputError(study.path + ": precompute \"" + p.name + "\": " + e.mismatch +

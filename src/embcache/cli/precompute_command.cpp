@@ -22,7 +22,7 @@ void setup_precompute(CLI::App& app) {
 }
 
 void run_precompute_command(const PrecomputeOptions& options) {
-  const PrecomputeSummary summary = run_precompute(options);
+  const PrecomputeSummary summary = run_precompute(plan_precompute(options));
   std::printf("%s\n", summary.one_line().c_str());
   std::fflush(stdout);
   if (!options.summary_json.empty()) {

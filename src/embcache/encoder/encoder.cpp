@@ -5,6 +5,8 @@
 #include <torch/script.h>
 #include <torch/version.h>
 
+#include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 
 #include "embcache/core/error.hpp"
@@ -38,6 +40,34 @@ Amp parse_amp(const std::string& text) {
   if (text == "fp16") return Amp::kFp16;
   if (text == "bf16") return Amp::kBf16;
   throw UsageError("--amp: expected none, fp16 or bf16, got \"" + text + "\"");
+}
+
+std::vector<std::size_t> select_levels(const EncoderOutput& out, const std::vector<std::string>& request) {
+  std::vector<std::size_t> selected;
+  if (request.empty()) {
+    for (std::size_t i = 0; i < out.names.size(); ++i) selected.push_back(i);
+    return selected;
+  }
+  std::string available;
+  for (const auto& n : out.names) available += (available.empty() ? "" : ",") + n;
+  for (const auto& want : request) {
+    auto it = std::find(out.names.begin(), out.names.end(), want);
+    std::size_t index = std::size_t(it - out.names.begin());
+    if (it == out.names.end()) {
+      char* end = nullptr;
+      const long v = std::strtol(want.c_str(), &end, 10);
+      if (*end != '\0' || v < 0 || std::size_t(v) >= out.names.size()) {
+        throw UsageError("--levels: the encoder has no level \"" + want + "\"; it returns " +
+                         std::to_string(out.names.size()) + " levels: " + available);
+      }
+      index = std::size_t(v);
+    }
+    if (std::find(selected.begin(), selected.end(), index) != selected.end()) {
+      throw UsageError("--levels: level \"" + want + "\" is listed twice");
+    }
+    selected.push_back(index);
+  }
+  return selected;
 }
 
 struct Encoder::Impl {

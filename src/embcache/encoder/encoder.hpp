@@ -18,6 +18,10 @@ struct EncoderOutput {
   std::vector<at::Tensor> levels;  // [B, C, H, W] or [B, C], on the encoder's device
 };
 
+// The indices of the levels `request` names (dict keys or output indices, in request order;
+// empty = every level). UsageError naming --levels for a level the encoder lacks or one listed twice.
+std::vector<std::size_t> select_levels(const EncoderOutput& out, const std::vector<std::string>& request);
+
 class Encoder {
  public:
   // InputError when the file is missing or not TorchScript.

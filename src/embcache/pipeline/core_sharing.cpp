@@ -12,10 +12,19 @@
 #include <mutex>
 #include <thread>
 
+#include "embcache/core/error.hpp"
+
 namespace embcache {
 
-StagePriority::StagePriority(const std::string& mode)
-    : state_(mode == "normal" ? kNormal : mode == "idle" ? kIdle : kUndecided) {}
+StageScheduling parse_stage_scheduling(const std::string& text) {
+  if (text == "auto") return StageScheduling::kAuto;
+  if (text == "idle") return StageScheduling::kIdle;
+  if (text == "normal") return StageScheduling::kNormal;
+  throw UsageError("--stage-priority: expected auto, idle or normal, got \"" + text + "\"");
+}
+
+StagePriority::StagePriority(StageScheduling mode)
+    : state_(mode == StageScheduling::kNormal ? kNormal : mode == StageScheduling::kIdle ? kIdle : kUndecided) {}
 
 void StagePriority::follow(bool& normal_now) const {
   const int s = state_.load(std::memory_order_relaxed);

@@ -16,9 +16,13 @@ namespace embcache {
 // is light, and then every stage moves to normal scheduling (the I/O thread is the bottleneck
 // and must not wait for gaps) and the encoder's OpenMP spinning is throttled. Other busy
 // processes can starve idle stages, hence "normal" for shared machines.
+enum class StageScheduling { kAuto, kIdle, kNormal };
+// "auto", "idle" or "normal" (--stage-priority); UsageError otherwise.
+StageScheduling parse_stage_scheduling(const std::string& text);
+
 class StagePriority {
  public:
-  explicit StagePriority(const std::string& mode);  // auto | idle | normal
+  explicit StagePriority(StageScheduling mode);
 
   // Called by each stage thread at start and then once per item: applies the current decision.
   void follow(bool& normal_now) const;

@@ -1,0 +1,167 @@
+#include "embcache/pipeline/encode_stage.hpp"
+
+#include <ATen/ATen.h>
+#include <ATen/Parallel.h>
+#include <torch/cuda.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "embcache/core/error.hpp"
+#include "embcache/pipeline/batch_size_search.hpp"
+
+namespace embcache {
+namespace {
+
+at::Tensor stack_inputs(const std::vector<CropItem>& items, std::size_t begin, std::size_t end) {
+  std::vector<at::Tensor> inputs;
+  inputs.reserve(end - begin);
+  for (std::size_t i = begin; i < end; ++i) inputs.push_back(items[i].input);
+  return at::stack(inputs);
+}
+
+void sync_device(const c10::Device& device) {
+  if (device.is_cuda()) torch::cuda::synchronize(device.index());
+}
+
+}  // namespace
+
+EncodeStage::EncodeStage(CropQueue& in, EncodedQueue& out, Encoder& encoder, Settings settings, StagePriority& priority,
+                         RunContext& context)
+    : in_(in), out_(out), encoder_(encoder), settings_(std::move(settings)), priority_(priority), context_(context) {
+  stats.batch_size = settings_.batch_size.value_or(0);
+}
+
+void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
+  // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
+  // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp). Entering that region
+  // costs ~0.07 ms, so callers skip it where the queue already allows going on.
+  if (settings_.device.is_cuda()) {
+    wait();
+  } else {
+    wait_with_openmp_workers_asleep(settings_.threads, wait);
+  }
+}
+
+EncoderOutput EncodeStage::call(const at::Tensor& batch) {
+  const auto t0 = Clock::now();
+  if (!stats.first_call_start) stats.first_call_start = t0;
+  EncoderOutput out = encoder_.forward(batch);
+  sync_device(settings_.device);
+  stats.last_call_end = Clock::now();
+  last_call_seconds_ = std::chrono::duration<double>(*stats.last_call_end - t0).count();
+  stats.seconds += last_call_seconds_;
+  ++stats.calls;
+  if (settings_.on_call) settings_.on_call(batch.size(0));
+  return out;
+}
+
+void EncodeStage::choose_batch_size(std::vector<CropItem>& pending) {
+  const std::vector<std::int64_t> candidates = settings_.device.is_cuda() ? std::vector<std::int64_t>{16, 32, 64, 128, 256}
+                                                                          : std::vector<std::int64_t>{4, 8, 16, 32, 64};
+  while (std::int64_t(pending.size()) < candidates.back()) {
+    auto item = in_.pop();
+    if (!item) break;
+    pending.push_back(std::move(*item));
+  }
+  std::vector<std::int64_t> usable;
+  for (auto c : candidates) {
+    if (c <= std::int64_t(pending.size())) usable.push_back(c);
+  }
+  if (usable.size() < 2) {
+    stats.batch_size = std::int64_t(pending.size());
+    return;
+  }
+  BatchSizeSearch search;
+  for (auto c : usable) {
+    // Best of two: the first call at a new shape pays allocation and kernel selection.
+    const at::Tensor inputs = stack_inputs(pending, 0, std::size_t(c));
+    double fastest = 1e30;
+    for (int repeat = 0; repeat < 2; ++repeat) {
+      const auto t0 = Clock::now();
+      call(inputs);
+      fastest = std::min(fastest, seconds_since(t0));
+    }
+    const double rate = double(c) / std::max(fastest, 1e-9);
+    stats.trials.push_back({{"batch_size", c}, {"crops_per_second", rate}});
+    // On a short run the trials of sizes that lose were 10% of the wall time.
+    if (!search.record(c, rate)) break;
+  }
+  stats.batch_size = search.chosen();
+}
+
+void EncodeStage::describe_levels(const EncoderOutput& out, const CropItem& first) {
+  stats.input_shape.assign(first.input.sizes().begin(), first.input.sizes().end());
+  selected_ = select_levels(out, settings_.level_request);
+  const std::int64_t h = first.input.size(1);
+  for (std::size_t i : selected_) {
+    const at::Tensor& t = out.levels[i];
+    LevelSpec spec;
+    spec.name = out.names[i];
+    spec.index = std::int64_t(i);
+    spec.row_shape.assign(t.sizes().begin() + 1, t.sizes().end());
+    spec.stride = t.dim() == 4 && t.size(2) > 0 ? h / t.size(2) : 0;
+    specs_.push_back(spec);
+  }
+  context_.set_levels(specs_);
+}
+
+bool EncodeStage::emit(std::vector<CropItem> items) {
+  at::Tensor inputs = stack_inputs(items, 0, items.size());
+  const std::int64_t n = inputs.size(0);
+  // A short last batch is padded to the full size and cut back: every call has one shape, so a
+  // crop's features never depend on where batch boundaries fell (reruns after a crash give
+  // bit-identical features).
+  if (batch_ > 0 && std::size_t(n) < batch_) {
+    inputs = at::cat({inputs, at::zeros({std::int64_t(batch_) - n, inputs.size(1), inputs.size(2), inputs.size(3)})});
+  }
+  EncoderOutput out = call(inputs);
+  if (inputs.size(0) != n) {
+    for (auto& level : out.levels) level = level.slice(0, 0, n);
+  }
+  if (specs_.empty()) describe_levels(out, items.front());
+  EncodedBatch encoded;
+  for (std::size_t k = 0; k < selected_.size(); ++k) {
+    const at::Tensor& t = out.levels[selected_[k]];
+    if (std::vector<std::int64_t>(t.sizes().begin() + 1, t.sizes().end()) != specs_[k].row_shape) {
+      throw InputError("encoder level " + specs_[k].name + " changed shape between batches: " + specs_[k].shape_text() +
+                       " then " + std::string(c10::str(t.sizes().slice(1))) + "; every crop must give the same feature shape");
+    }
+    encoded.levels.push_back(t);
+  }
+  // Light or heavy, judged on the stored batches (the batch-size trials are not).
+  std::int64_t feature_bytes = 0;
+  for (const auto& t : encoded.levels) feature_bytes += t.numel() * std::int64_t(element_size(settings_.dtype));
+  priority_.observe(double(feature_bytes), last_call_seconds_);
+  for (auto& item : items) item.input = at::Tensor();  // free inputs early
+  encoded.items = std::move(items);
+  if (!out_.has_space()) wait_cores_free([&] { out_.wait_for_space(); });
+  return out_.push(std::move(encoded));
+}
+
+void EncodeStage::run() {
+  // Only this thread sets the intra-op thread count: in LibTorch it is partly process-wide, and
+  // a second setter would race it (features differ in the last bit between thread counts).
+  at::set_num_threads(settings_.threads);
+  std::vector<CropItem> pending;
+  if (!settings_.batch_size) choose_batch_size(pending);
+  batch_ = std::size_t(std::max<std::int64_t>(stats.batch_size, 1));
+  while (true) {
+    while (pending.size() >= batch_) {
+      std::vector<CropItem> items(std::make_move_iterator(pending.begin()),
+                                  std::make_move_iterator(pending.begin() + std::ptrdiff_t(batch_)));
+      pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(batch_));
+      if (!emit(std::move(items))) return;
+      if (pending.size() < batch_ && !in_.items_ready(batch_ - pending.size())) {
+        wait_cores_free([&] { in_.wait_for_items(batch_ - pending.size()); });
+      }
+    }
+    auto item = in_.pop();
+    if (!item) break;
+    pending.push_back(std::move(*item));
+  }
+  if (!pending.empty() && !context_.failed()) emit(std::move(pending));
+  out_.close();
+}
+
+}  // namespace embcache

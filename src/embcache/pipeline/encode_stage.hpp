@@ -1,0 +1,76 @@
+// Stage 3 of precompute: gathers crops into batches of one size (chosen by timing under
+// --batch-size auto), runs the encoder on them, and hands the selected levels on. The only
+// thread that sets LibTorch's intra-op threads and calls the encoder.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "embcache/core/clock.hpp"
+#include "embcache/encoder/encoder.hpp"
+#include "embcache/pipeline/core_sharing.hpp"
+#include "embcache/pipeline/run_context.hpp"
+#include "embcache/pipeline/stage_items.hpp"
+#include "embcache/store/storage_options.hpp"
+
+namespace embcache {
+
+class EncodeStage {
+ public:
+  struct Settings {
+    std::optional<std::int64_t> batch_size;  // nullopt: time a few sizes first
+    c10::Device device{c10::kCPU};
+    int threads = 1;
+    std::vector<std::string> level_request;  // empty = every level
+    StorageDtype dtype = StorageDtype::kFloat32;  // to judge light or heavy by stored bytes
+    std::function<void(std::int64_t batch)> on_call;  // tests count encoder calls
+  };
+  // Time and calls of the encoder in this run (batch-size trials included).
+  struct Stats {
+    double seconds = 0;
+    std::int64_t calls = 0;
+    std::int64_t batch_size = 0;  // the size every stored batch was encoded at
+    nlohmann::json trials = nlohmann::json::array();  // --batch-size auto: {batch_size, crops_per_second}
+    std::optional<Clock::time_point> first_call_start, last_call_end;
+    std::vector<std::int64_t> input_shape;  // [C, h, w] of one crop
+  };
+
+  EncodeStage(CropQueue& in, EncodedQueue& out, Encoder& encoder, Settings settings, StagePriority& priority,
+              RunContext& context);
+
+  // Until the crop queue is drained; then closes the encoded queue.
+  void run();
+
+  Stats stats;
+
+ private:
+  EncoderOutput call(const at::Tensor& batch);
+  // --batch-size auto: times candidate sizes on the first crops (kept in `pending` for encoding).
+  void choose_batch_size(std::vector<CropItem>& pending);
+  // The stored levels' specs, from the first batch's output; shared through the run context.
+  void describe_levels(const EncoderOutput& out, const CropItem& first);
+  // Encodes one batch (a short last one padded to the full size) and pushes it on; false when
+  // the encoded queue was closed.
+  bool emit(std::vector<CropItem> items);
+  // Runs a wait for the queues with the encoder's OpenMP workers asleep (CPU only).
+  void wait_cores_free(const std::function<void()>& wait);
+
+  CropQueue& in_;
+  EncodedQueue& out_;
+  Encoder& encoder_;
+  const Settings settings_;
+  StagePriority& priority_;
+  RunContext& context_;
+  std::size_t batch_ = 0;  // fixed once chosen
+  std::vector<std::size_t> selected_;
+  std::vector<LevelSpec> specs_;
+  double last_call_seconds_ = 0;
+};
+
+}  // namespace embcache

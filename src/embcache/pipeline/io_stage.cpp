@@ -1,0 +1,108 @@
+#include "embcache/pipeline/io_stage.hpp"
+
+#include <chrono>
+
+#include "embcache/core/stop_request.hpp"
+#include "embcache/h5/h5.hpp"
+
+namespace embcache {
+
+IoStage::IoStage(WindowSource& source, RawQueue& raw, RowQueue& rows, CacheStore& store, RunContext& context,
+                 const StagePriority& priority, Progress& progress, const std::atomic<std::int64_t>& done_elsewhere)
+    : source_(source), raw_(raw), rows_(rows), store_(store), context_(context), priority_(priority),
+      progress_(progress), done_elsewhere_(done_elsewhere) {
+  // This thread waits on two queues at once: both wake it through one condition variable.
+  auto wake = [this] {
+    { std::lock_guard<std::mutex> lock(wake_mutex_); }
+    wake_.notify_all();
+  };
+  raw_.set_listener(wake);
+  rows_.set_listener(wake);
+}
+
+void IoStage::read_ahead() {
+  const auto& windows = source_.windows();
+  while (!reading_done_ && !read_error_) {
+    if (stop_requested() || next_window_ >= windows.size()) {
+      raw_.close();
+      reading_done_ = true;
+      return;
+    }
+    if (!raw_.has_space()) return;
+    const StageStopwatch watch;
+    RawWindow raw{next_window_, source_.read(next_window_)};
+    watch.add_to(read_time);
+    ++next_window_;
+    raw_.push(std::move(raw));
+  }
+}
+
+void IoStage::write(const RowBatch& rows) {
+  const StageStopwatch watch;
+  const StageTime read_before = read_time;  // reads between chunks are read time
+  // Between two chunks the batch is half written: a read error waits until it is complete.
+  auto read_between_chunks = [this] {
+    try {
+      read_ahead();
+    } catch (...) {
+      read_error_ = std::current_exception();
+    }
+  };
+  try {
+    if (!levels_set_) {
+      store_.set_levels(context_.levels());
+      levels_set_ = true;
+    }
+    store_.append(rows, read_between_chunks);
+  } catch (...) {
+    failed_writing = true;
+    throw;
+  }
+  StageTime batch_time;
+  watch.add_to(batch_time);
+  write_time.wall += batch_time.wall - (read_time.wall - read_before.wall);
+  write_time.cpu += batch_time.cpu - (read_time.cpu - read_before.cpu);
+  rows_written += std::int64_t(rows.size());
+  progress_.update(rows_written + done_elsewhere_);
+  if (read_error_) std::rethrow_exception(read_error_);
+}
+
+void IoStage::wait_for_work() {
+  std::unique_lock<std::mutex> lock(wake_mutex_);
+  wake_.wait_for(lock, std::chrono::milliseconds(100), [&] {
+    return context_.failed() || rows_.has_items() || rows_.drained() ||
+           (!reading_done_ && (raw_.has_space() || stop_requested()));
+  });
+}
+
+void IoStage::run() {
+  bool normal_now = true;  // threads start at normal scheduling
+  priority_.follow(normal_now);
+  h5::silence_errors_on_this_thread();
+  while (!context_.failed()) {
+    priority_.follow(normal_now);
+    read_ahead();
+    if (auto rows = rows_.try_pop()) {
+      write(*rows);
+      continue;
+    }
+    if (rows_.drained()) {
+      finished = true;
+      return;
+    }
+    progress_.update(rows_written + done_elsewhere_);
+    wait_for_work();
+  }
+}
+
+void IoStage::read_all() {
+  h5::silence_errors_on_this_thread();
+  while (!reading_done_ && !context_.failed()) read_ahead();
+}
+
+void IoStage::write_all() {
+  while (auto rows = rows_.try_pop()) write(*rows);
+  finished = true;
+}
+
+}  // namespace embcache

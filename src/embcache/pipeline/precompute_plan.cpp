@@ -1,0 +1,217 @@
+#include "embcache/pipeline/precompute_plan.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <filesystem>
+#include <thread>
+
+#include "embcache/core/device.hpp"
+#include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
+#include "embcache/dataset/array_dataset.hpp"
+#include "embcache/dataset/window_source.hpp"
+
+namespace embcache {
+namespace {
+
+namespace fs = std::filesystem;
+
+void check_paths(const PrecomputeOptions& o) {
+  if (o.encoder.empty()) throw UsageError("--encoder is required");
+  if (o.dataset.empty()) throw UsageError("--dataset is required");
+  if (o.out.empty()) throw UsageError("--out is required");
+  std::error_code same_ec;
+  if (fs::exists(o.out) && fs::equivalent(o.out, o.dataset, same_ec)) {
+    throw UsageError("--out " + o.out + " is the dataset itself; choose another path for the cache");
+  }
+  if (!o.summary_json.empty()) {
+    // Written at the end: a missing directory must not cost the whole run's exit status.
+    const auto dir = fs::absolute(o.summary_json).parent_path();
+    if (!fs::is_directory(dir)) {
+      throw IoError("--summary-json " + o.summary_json + ": directory " + dir.string() + " does not exist; create it first");
+    }
+  }
+}
+
+// --format, and the rslearn reader's options (which an array dataset must not be given).
+void plan_dataset(const PrecomputeOptions& o, PrecomputePlan& plan) {
+  if (o.format != "auto" && o.format != "array" && o.format != "rslearn") {
+    throw UsageError("--format: expected auto, array or rslearn, got \"" + o.format + "\"");
+  }
+  const bool rslearn = o.format == "rslearn" || (o.format == "auto" && is_rslearn_root(o.dataset));
+  plan.format = rslearn ? DatasetFormat::kRslearn : DatasetFormat::kArray;
+  if (!rslearn) {
+    const std::pair<const char*, const std::string*> rslearn_only[] = {
+        {"--layers", &o.layers}, {"--groups", &o.groups}, {"--window-names", &o.window_names},
+        {"--tags", &o.tags}, {"--label-layer", &o.label_layer}};
+    for (const auto& [name, value] : rslearn_only) {
+      if (!value->empty()) throw UsageError(std::string(name) + " applies to rslearn datasets; " + o.dataset + " is an array dataset");
+    }
+    return;
+  }
+  RslearnOptions& r = plan.rslearn;
+  r.root = o.dataset;
+  r.layers = o.layers;
+  r.groups = o.groups;
+  r.window_names = o.window_names;
+  r.tags = o.tags;
+  r.split_key = o.split_key;
+  r.label_layer = o.label_layer;
+  r.label_property = o.label_property;
+  r.label_type = o.label_type;
+  r.classes = o.classes;
+  r.pad_value = o.pad_value;
+  r.reader_threads = o.reader_threads;
+}
+
+// Crops, bands and preprocessing: what the encoder gets.
+void plan_input(const PrecomputeOptions& o, PrecomputePlan& plan) {
+  if (!o.crop_size.empty()) {
+    const auto [w, h] = parse_size(o.crop_size, "--crop-size");
+    plan.grid.width = w;
+    plan.grid.height = h;
+  }
+  plan.grid.overlap = o.overlap;
+  plan.grid.validate();
+  plan.cropper.pad_value = o.pad_value;
+  if (!o.bands.empty()) plan.cropper.bands = parse_int_list(o.bands, "--bands");
+  plan.preprocess.scale = o.scale;
+  plan.preprocess.mean = parse_double_list(o.mean, "--mean");
+  plan.preprocess.std = parse_double_list(o.std, "--std");
+  plan.preprocess.validate();
+}
+
+// The encoder's batches, device and threads.
+void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
+  if (o.batch_size != "auto") {
+    plan.batch_size = parse_int(o.batch_size, "--batch-size");
+    if (*plan.batch_size <= 0) throw UsageError("--batch-size: must be a positive number or auto");
+  }
+  plan.amp = parse_amp(o.amp);
+  plan.device = resolve_device(o.device);
+  if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError("--amp: needs a CUDA device; on CPU use --amp none");
+  if (o.threads < 0) throw UsageError("--threads: must be 0 (one per core) or more");
+  plan.threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  if (!o.levels.empty()) plan.level_request = split_list(o.levels, "--levels");
+}
+
+// Storage, commits and the stages' scheduling.
+void plan_output(const PrecomputeOptions& o, PrecomputePlan& plan) {
+  plan.storage.dtype = parse_storage_dtype(o.dtype);
+  plan.storage.compression = Compression::parse(o.compression);
+  if (o.commit_seconds <= 0) throw UsageError("--commit-seconds: must be positive");
+  if (o.segment_mb <= 0) throw UsageError("--segment-mb: must be positive");
+  plan.policy.segment_seconds = o.commit_seconds;
+  plan.policy.segment_bytes = o.segment_mb << 20;
+  plan.policy.fsync = o.fsync;
+  plan.policy.drop_behind = o.drop_behind;
+  plan.stage_scheduling = parse_stage_scheduling(o.stage_priority);
+  plan.overwrite = o.overwrite;
+  plan.allow_nonfinite = o.allow_nonfinite;
+  plan.quiet = o.quiet;
+}
+
+}  // namespace
+
+PrecomputePlan plan_precompute(const PrecomputeOptions& options) {
+  check_paths(options);
+  PrecomputePlan plan;
+  plan.encoder = options.encoder;
+  plan.dataset = options.dataset;
+  plan.out = options.out;
+  plan.summary_json = options.summary_json;
+  plan_input(options, plan);
+  plan_encoder(options, plan);
+  plan_output(options, plan);
+  plan_dataset(options, plan);
+  return plan;
+}
+
+std::unique_ptr<WindowSource> open_window_source(const PrecomputePlan& plan) {
+  if (plan.format == DatasetFormat::kArray) return open_array_dataset(plan.dataset);
+  return open_rslearn_dataset(plan.rslearn);
+}
+
+namespace {
+
+// Without --crop-size a crop is its whole window; a batch, and a level dataset, holds crops of
+// one size, so the windows must all have one size.
+void check_whole_windows(const WindowSource& source, const CropGridSpec& grid, const std::string& dataset) {
+  if (grid.width || source.windows().empty()) return;
+  const WindowInfo& first = source.windows().front();
+  const WindowInfo* smallest = &first;
+  const WindowInfo* other = nullptr;
+  for (const WindowInfo& w : source.windows()) {
+    const bool same = w.bounds.width() == first.bounds.width() && w.bounds.height() == first.bounds.height();
+    if (!same && !other) other = &w;
+    if (w.bounds.width() * w.bounds.height() < smallest->bounds.width() * smallest->bounds.height()) smallest = &w;
+  }
+  if (!other) return;
+  auto size = [](const WindowInfo& w) { return std::to_string(w.bounds.width()) + "x" + std::to_string(w.bounds.height()); };
+  throw UsageError("--crop-size: " + dataset + " has windows of different sizes (" + first.group + "/" + first.name +
+                   " is " + size(first) + ", " + other->group + "/" + other->name + " is " + size(*other) +
+                   "); without --crop-size a crop is a whole window and a cache holds crops of one size: give "
+                   "--crop-size (the smallest window is " + size(*smallest) + ")");
+}
+
+}  // namespace
+
+std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource& source) {
+  check_whole_windows(source, plan.grid, plan.dataset);
+  const std::int64_t channels = source.channels();
+  for (std::int64_t band : plan.cropper.bands) {
+    if (band < 0 || band >= channels) {
+      throw UsageError("--bands: band " + std::to_string(band) + " is out of range; " + plan.dataset + " has " +
+                       std::to_string(channels) + " channels (0-" + std::to_string(channels - 1) + ")");
+    }
+  }
+  const std::int64_t input_channels = plan.cropper.bands.empty() ? channels : std::int64_t(plan.cropper.bands.size());
+  plan.preprocess.validate(input_channels);
+  return input_channels;
+}
+
+nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::string& encoder_sha256,
+                                    const LabelKinds& labels, const nlohmann::json& source_fields) {
+  nlohmann::json signature;
+  signature["format"] = kCacheFormatVersion;
+  signature["encoder_sha256"] = encoder_sha256;
+  signature["encoder_path"] = fs::absolute(plan.encoder).string();
+  signature["dataset_path"] = fs::absolute(plan.dataset).string();
+  signature["preprocessing"] = {{"scale", plan.preprocess.scale}, {"mean", plan.preprocess.mean}, {"std", plan.preprocess.std}};
+  signature["bands"] = plan.cropper.bands;
+  signature["crop_size"] = plan.grid.width ? nlohmann::json({*plan.grid.width, *plan.grid.height}) : nlohmann::json(nullptr);
+  signature["overlap"] = plan.grid.overlap;
+  signature["pad_value"] = plan.cropper.pad_value;
+  signature["levels_requested"] = plan.level_request.empty() ? nlohmann::json("all") : nlohmann::json(plan.level_request);
+  signature["dtype"] = to_string(plan.storage.dtype);
+  signature["labels"] = label_kinds_to_json(labels);
+  signature["embcache_version"] = EMBCACHE_VERSION;
+  for (const auto& [k, v] : source_fields.items()) signature[k] = v;
+  return signature;
+}
+
+PrecomputeEstimate estimate_precompute(const PrecomputePlan& plan) {
+  std::unique_ptr<WindowSource> source = open_window_source(plan);
+  check_whole_windows(*source, plan.grid, plan.dataset);
+  PrecomputeEstimate estimate;
+  const auto& windows = source->windows();
+  estimate.windows = std::int64_t(windows.size());
+  for (const auto& w : windows) estimate.crops += std::int64_t(crop_grid(w.bounds, plan.grid).size());
+  if (windows.empty()) return estimate;
+  const std::int64_t channels = plan.cropper.bands.empty() ? source->channels() : std::int64_t(plan.cropper.bands.size());
+  const std::int64_t h = plan.grid.height.value_or(windows.front().bounds.height());
+  const std::int64_t w = plan.grid.width.value_or(windows.front().bounds.width());
+  Encoder encoder(plan.encoder, c10::Device(c10::kCPU), Amp::kNone);
+  const EncoderOutput out = encoder.forward(at::zeros({1, channels, h, w}));
+  for (auto i : select_levels(out, plan.level_request)) {
+    const at::Tensor& level = out.levels[i];
+    estimate.bytes_per_crop += level.numel() * std::int64_t(element_size(plan.storage.dtype));
+    std::string shape;
+    for (std::int64_t d = 1; d < level.dim(); ++d) shape += (d > 1 ? ", " : "") + std::to_string(level.size(d));
+    estimate.levels.push_back(out.names[i] + " [" + shape + "]");
+  }
+  return estimate;
+}
+
+}  // namespace embcache

@@ -1,0 +1,80 @@
+// The typed plan of one precompute: every option of PrecomputeOptions resolved once into values
+// (numbers, a device, enums), and what follows from the plan alone: the dataset reader, the
+// cache signature and the size estimate. Built by the CLI and by studies; nothing below them
+// reads option text.
+#pragma once
+
+#include <c10/core/Device.h>
+#include <nlohmann/json.hpp>
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "embcache/core/label_kinds.hpp"
+#include "embcache/dataset/crop_grid.hpp"
+#include "embcache/dataset/cropper.hpp"
+#include "embcache/dataset/rslearn_dataset.hpp"
+#include "embcache/encoder/encoder.hpp"
+#include "embcache/encoder/preprocess.hpp"
+#include "embcache/pipeline/core_sharing.hpp"
+#include "embcache/pipeline/precompute_options.hpp"
+#include "embcache/store/cache_store.hpp"
+
+namespace embcache {
+
+class WindowSource;
+
+enum class DatasetFormat { kArray, kRslearn };
+
+struct PrecomputePlan {
+  std::string encoder, dataset, out;  // paths as given
+  std::string summary_json;           // "" = none; its directory exists
+  DatasetFormat format = DatasetFormat::kArray;
+  RslearnOptions rslearn;             // kRslearn only
+  CropGridSpec grid;
+  CropperOptions cropper;             // bands and pad value (the mask pad comes from the dataset)
+  Preprocess preprocess;
+  std::optional<std::int64_t> batch_size;  // nullopt: --batch-size auto
+  c10::Device device{c10::kCPU};
+  Amp amp = Amp::kNone;
+  int threads = 1;                    // the encoder's intra-op threads (0 resolved to the cores)
+  StorageOptions storage;
+  std::vector<std::string> level_request;  // empty = every level
+  CommitPolicy policy;
+  StageScheduling stage_scheduling = StageScheduling::kAuto;
+  bool overwrite = false, allow_nonfinite = false, quiet = false;
+
+  // The largest batch the encoder stage may form (sizes the crop queue).
+  std::int64_t max_batch() const { return batch_size ? *batch_size : (device.is_cuda() ? 256 : 64); }
+};
+
+// Every UsageError (or IoError, for a --summary-json directory that does not exist) the options
+// can cause by themselves, naming the option; opens neither the encoder nor the dataset.
+PrecomputePlan plan_precompute(const PrecomputeOptions& options);
+
+// The dataset reader the plan names.
+std::unique_ptr<WindowSource> open_window_source(const PrecomputePlan& plan);
+// What the plan needs of the dataset it opened: --bands within its channels, the per-channel
+// mean/std lengths, and windows of one size when a crop is a whole window. Returns the channels
+// the encoder gets.
+std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource& source);
+
+// The signature a cache made by this plan carries (docs/cache-format.md): what decides whether
+// an existing cache may be extended.
+nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::string& encoder_sha256,
+                                    const LabelKinds& labels, const nlohmann::json& source_fields);
+
+// What a precompute would produce, for `embcache run --dry-run`: the crop count of the dataset's
+// grid and the feature bytes per crop (the encoder run once on zeros, on the CPU).
+struct PrecomputeEstimate {
+  std::int64_t windows = 0;
+  std::int64_t crops = 0;
+  std::int64_t bytes_per_crop = 0;
+  std::vector<std::string> levels;  // "name [C, H, W]"
+};
+PrecomputeEstimate estimate_precompute(const PrecomputePlan& plan);
+
+}  // namespace embcache

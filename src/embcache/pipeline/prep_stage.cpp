@@ -1,0 +1,76 @@
+#include "embcache/pipeline/prep_stage.hpp"
+
+#include <ATen/ATen.h>
+
+#include "embcache/core/pixel_hash.hpp"
+
+namespace embcache {
+namespace {
+
+std::uint64_t combine(std::uint64_t h, std::uint64_t v) {
+  return h ^ (v + 0x9E3779B97F4A7C15ULL + (h << 6) + (h >> 2));
+}
+
+}  // namespace
+
+std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, const LabelKinds& kinds) {
+  std::uint64_t h = pixel_hash(crop.pixels.data_ptr(), crop.pixels.nbytes());
+  if (crop.mask.defined()) h = combine(h, pixel_hash(crop.mask.data_ptr(), crop.mask.nbytes()));
+  if (crop.pixel_value.defined()) h = combine(h, pixel_hash(crop.pixel_value.data_ptr(), crop.pixel_value.nbytes()));
+  if (kinds.has_class) h = combine(h, pixel_hash(&window.label_class, sizeof window.label_class));
+  if (kinds.has_value) {
+    h = combine(h, pixel_hash(window.label_value.data_ptr(), window.label_value.nbytes()));
+  }
+  return h;
+}
+
+PrepStage::PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,
+                     const std::unordered_map<std::string, std::uint64_t>& committed, const StagePriority& priority)
+    : in_(in), out_(out), windows_(windows), settings_(std::move(settings)), committed_(committed), priority_(priority) {}
+
+bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
+  const WindowInfo& info = windows_[raw.index];
+  for (const Bounds& bounds : crop_grid(info.bounds, settings_.grid)) {
+    CropPixels crop = cut_crop(raw.data.pixels, raw.data.mask, info.bounds, bounds, settings_.cropper, raw.data.pixel_value);
+    CropItem item;
+    item.key = CropKey{info.group, info.name, bounds};
+    item.hash = content_hash(crop, raw.data, settings_.labels);
+    const auto found = committed_.find(item.key.map_key());
+    if (found != committed_.end()) {
+      if (found->second == item.hash) {
+        ++skipped;
+        continue;
+      }
+      ++stale;
+    }
+    item.split = info.split;
+    item.input = settings_.preprocess.apply(crop.pixels);
+    // Noted for the error message: NaN features from NaN pixels need the dataset fixed. Only
+    // float pixels can hold NaN/Inf, so integer datasets skip the pass.
+    if (!settings_.allow_nonfinite && crop.pixels.is_floating_point()) {
+      item.input_nonfinite = !at::isfinite(item.input).all().item<bool>();
+    }
+    item.label_class = raw.data.label_class;
+    item.label_value = raw.data.label_value;
+    item.mask = crop.mask;
+    item.pixel_value = crop.pixel_value;
+    watch.add_to(time);
+    if (!out_.push(std::move(item))) return false;
+    watch.restart();  // time blocked in push is not busy time
+  }
+  return true;
+}
+
+void PrepStage::run() {
+  bool normal_now = true;  // threads start at normal scheduling
+  priority_.follow(normal_now);
+  while (auto raw = in_.pop()) {
+    priority_.follow(normal_now);
+    StageStopwatch watch;
+    if (!prepare(*raw, watch)) return;
+    watch.add_to(time);
+  }
+  out_.close();
+}
+
+}  // namespace embcache

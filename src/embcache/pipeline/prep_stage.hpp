@@ -1,0 +1,57 @@
+// Stage 2 of precompute: cuts each read window into its crops, hashes each crop's content,
+// skips the crops the cache holds with that hash, and normalises the rest for the encoder.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "embcache/core/clock.hpp"
+#include "embcache/core/label_kinds.hpp"
+#include "embcache/dataset/crop_grid.hpp"
+#include "embcache/dataset/cropper.hpp"
+#include "embcache/encoder/preprocess.hpp"
+#include "embcache/pipeline/core_sharing.hpp"
+#include "embcache/pipeline/stage_items.hpp"
+
+namespace embcache {
+
+// The content hash stored per row: the crop's input pixels and its labels, so that changed pixels
+// or corrected labels both cause a recompute.
+std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, const LabelKinds& kinds);
+
+class PrepStage {
+ public:
+  struct Settings {
+    CropGridSpec grid;
+    CropperOptions cropper;  // with the dataset's ignore index as the mask pad
+    Preprocess preprocess;
+    LabelKinds labels;
+    bool allow_nonfinite = false;
+  };
+  // `committed`: the cache's rows, map_key -> content hash.
+  PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,
+            const std::unordered_map<std::string, std::uint64_t>& committed, const StagePriority& priority);
+
+  // Until the raw queue is drained; then closes the crop queue.
+  void run();
+
+  StageTime time;
+  std::atomic<std::int64_t> skipped{0};  // cached with the same content hash
+  std::atomic<std::int64_t> stale{0};    // cached with another hash: recomputed
+
+ private:
+  // False when the crop queue was closed (the run failed).
+  bool prepare(const RawWindow& raw, StageStopwatch& watch);
+
+  RawQueue& in_;
+  CropQueue& out_;
+  const std::vector<WindowInfo>& windows_;
+  const Settings settings_;
+  const std::unordered_map<std::string, std::uint64_t>& committed_;
+  const StagePriority& priority_;
+};
+
+}  // namespace embcache

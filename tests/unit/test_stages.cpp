@@ -1,0 +1,234 @@
+// The precompute stages alone, each run to its end in this thread over queues the test fills,
+// and the serial executor against the threaded one.
+#include "doctest_torch.hpp"
+
+#include <limits>
+#include <string>
+#include <unordered_map>
+
+#include "embcache/core/error.hpp"
+#include "embcache/pipeline/convert_stage.hpp"
+#include "embcache/pipeline/encode_stage.hpp"
+#include "embcache/pipeline/precompute.hpp"
+#include "embcache/pipeline/prep_stage.hpp"
+#include "embcache/store/cache_file_reader.hpp"
+#include "test_support.hpp"
+
+using namespace embcache;
+
+namespace {
+
+constexpr std::size_t kUnbounded = std::numeric_limits<std::size_t>::max();
+
+template <typename T>
+std::vector<T> drain(BoundedQueue<T>& queue) {
+  std::vector<T> items;
+  while (auto item = queue.try_pop()) items.push_back(std::move(*item));
+  return items;
+}
+
+RawWindow raw_window(std::size_t index, std::int64_t h, std::int64_t w, std::int64_t label) {
+  RawWindow raw;
+  raw.index = index;
+  raw.data.pixels = at::randint(0, 255, {3, h, w}).to(at::kByte);
+  raw.data.label_class = label;
+  return raw;
+}
+
+PrecomputeOptions small_run(const testing::TempDir& dir, const std::string& out) {
+  testing::ArrayDatasetSpec spec;
+  spec.images = at::randint(0, 255, {7, 3, 20, 24}).to(at::kByte);
+  spec.labels = at::arange(7, at::kLong) % 3;
+  spec.masks = at::randint(0, 4, {7, 20, 24}).to(at::kInt);
+  spec.ignore_index = 255;
+  testing::write_array_dataset(dir.file("data.h5"), spec);
+  PrecomputeOptions o;
+  o.encoder = testing::fixture("multi_scripted.pt");
+  o.dataset = dir.file("data.h5");
+  o.out = out;
+  o.crop_size = "16";
+  o.overlap = 4;
+  o.batch_size = "4";
+  o.threads = 1;
+  o.quiet = true;
+  o.fsync = false;
+  return o;
+}
+
+}  // namespace
+
+TEST_SUITE("pipeline") {
+
+TEST_CASE("prep stage alone: every crop of the grid, cached ones skipped, changed ones counted stale") {
+  const std::vector<WindowInfo> windows = {{"g", "a", "train", Bounds{0, 0, 24, 20}}, {"g", "b", "val", Bounds{0, 0, 16, 16}}};
+  CropQueue crops(kUnbounded);
+  PrepStage::Settings settings;
+  settings.grid.width = settings.grid.height = 16;
+  settings.grid.overlap = 4;
+  settings.labels.has_class = true;
+  // Window a has 4 crops (x 0, 8; y 0, 4); one is cached as it is, one with another hash.
+  std::unordered_map<std::string, std::uint64_t> committed;
+  RawQueue probe_in(kUnbounded);
+  CropQueue probe_out(kUnbounded);
+  RawWindow first = raw_window(0, 20, 24, 1);
+  probe_in.push(first);
+  probe_in.close();
+  const StagePriority priority(StageScheduling::kNormal);
+  PrepStage(probe_in, probe_out, windows, settings, committed, priority).run();
+  const std::vector<CropItem> all_of_a = drain(probe_out);
+  REQUIRE(all_of_a.size() == 4);
+  committed[all_of_a[0].key.map_key()] = all_of_a[0].hash;
+  committed[all_of_a[1].key.map_key()] = all_of_a[1].hash + 1;
+
+  RawQueue in(kUnbounded);
+  in.push(first);
+  in.push(raw_window(1, 16, 16, 2));
+  in.close();
+  PrepStage stage(in, crops, windows, settings, committed, priority);
+  stage.run();
+  const std::vector<CropItem> out = drain(crops);
+  REQUIRE(crops.drained());  // closed at the end
+  REQUIRE(stage.skipped.load() == 1);
+  REQUIRE(stage.stale.load() == 1);
+  REQUIRE(out.size() == 3 + 1);
+  REQUIRE(out[0].key.map_key() == all_of_a[1].key.map_key());
+  REQUIRE(out[3].key.window == "b");
+  REQUIRE(out[3].split == "val");
+  REQUIRE(out[3].label_class == 2);
+  for (const auto& item : out) {
+    REQUIRE((item.input.scalar_type() == at::kFloat));
+    REQUIRE(item.input.sizes().vec() == std::vector<std::int64_t>{3, 16, 16});
+  }
+}
+
+TEST_CASE("encode stage alone: batches of the set size, a short last one padded and cut back, levels described") {
+  Encoder encoder(testing::fixture("multi_scripted.pt"), c10::Device(c10::kCPU), Amp::kNone);
+  CropQueue crops(kUnbounded);
+  EncodedQueue encoded(kUnbounded);
+  std::vector<at::Tensor> inputs;
+  for (int i = 0; i < 6; ++i) {
+    CropItem item;
+    item.key = CropKey{"g", "w" + std::to_string(i), Bounds{0, 0, 16, 16}};
+    item.input = at::randn({3, 16, 16});
+    inputs.push_back(item.input);
+    crops.push(std::move(item));
+  }
+  crops.close();
+  EncodeStage::Settings settings;
+  settings.batch_size = 4;
+  std::vector<std::int64_t> calls;
+  settings.on_call = [&](std::int64_t n) { calls.push_back(n); };
+  StagePriority priority(StageScheduling::kNormal);
+  RunContext context;
+  EncodeStage stage(crops, encoded, encoder, settings, priority, context);
+  stage.run();
+  REQUIRE(calls == std::vector<std::int64_t>{4, 4});  // the last batch of 2 is padded to 4
+  const std::vector<EncodedBatch> batches = drain(encoded);
+  REQUIRE(batches.size() == 2);
+  REQUIRE(batches[0].items.size() == 4);
+  REQUIRE(batches[1].items.size() == 2);
+  REQUIRE_FALSE(batches[1].items[0].input.defined());  // inputs are released once encoded
+  const std::vector<LevelSpec> levels = context.levels();
+  REQUIRE(levels.size() == batches[0].levels.size());
+  for (std::size_t k = 0; k < levels.size(); ++k) {
+    REQUIRE(batches[1].levels[k].size(0) == 2);
+    std::vector<std::int64_t> row(batches[0].levels[k].sizes().begin() + 1, batches[0].levels[k].sizes().end());
+    REQUIRE(row == levels[k].row_shape);
+  }
+  // The padded batch's rows equal the same crops encoded in a full batch of their own.
+  const EncoderOutput alone = encoder.forward(at::stack({inputs[4], inputs[5], inputs[0], inputs[1]}));
+  for (std::size_t k = 0; k < levels.size(); ++k) {
+    REQUIRE(at::allclose(batches[1].levels[k], alone.levels[std::size_t(levels[k].index)].slice(0, 0, 2)));
+  }
+  REQUIRE(stage.stats.batch_size == 4);
+  REQUIRE(stage.stats.calls == 2);
+  REQUIRE(stage.stats.input_shape == std::vector<std::int64_t>{3, 16, 16});
+}
+
+TEST_CASE("convert stage alone: rows in the storage dtype with their labels; NaN features name crop and level") {
+  RunContext context;
+  LevelSpec spec;
+  spec.name = "feat";
+  spec.row_shape = {2, 3};
+  context.set_levels({spec});
+  LabelKinds labels;
+  labels.has_class = true;
+  StorageOptions storage;
+  storage.dtype = StorageDtype::kFloat16;
+  const StagePriority priority(StageScheduling::kNormal);
+  auto batch_of = [](at::Tensor level) {
+    EncodedBatch batch;
+    for (std::int64_t i = 0; i < level.size(0); ++i) {
+      CropItem item;
+      item.key = CropKey{"g", "w" + std::to_string(i), Bounds{0, 0, 8, 8}};
+      item.split = "train";
+      item.hash = std::uint64_t(100 + i);
+      item.label_class = i % 2;
+      batch.items.push_back(item);
+    }
+    batch.levels = {level};
+    return batch;
+  };
+  {
+    EncodedQueue in(kUnbounded);
+    RowQueue out(kUnbounded);
+    const at::Tensor level = at::randn({3, 2, 3});
+    in.push(batch_of(level));
+    in.close();
+    ConvertStage stage(in, out, storage, false, labels, context, priority);
+    stage.run();
+    const std::vector<RowBatch> rows = drain(out);
+    REQUIRE(rows.size() == 1);
+    REQUIRE(at::equal(rows[0].levels[0], level.to(at::kHalf)));
+    REQUIRE(rows[0].windows == std::vector<std::string>{"w0", "w1", "w2"});
+    REQUIRE(rows[0].pixel_hashes == std::vector<std::uint64_t>{100, 101, 102});
+    REQUIRE(at::equal(rows[0].label_class, at::tensor(std::vector<std::int64_t>{0, 1, 0}, at::kLong)));
+    REQUIRE(rows[0].row_checksums.size() == 1);  // computed here, off the I/O thread
+    REQUIRE(stage.feature_bytes == 3 * 2 * 3 * 2);
+  }
+  EncodedQueue in(kUnbounded);
+  RowQueue out(kUnbounded);
+  at::Tensor level = at::randn({3, 2, 3});
+  level[1][1][2] = std::numeric_limits<float>::quiet_NaN();
+  in.push(batch_of(level));
+  in.close();
+  ConvertStage stage(in, out, storage, false, labels, context, priority);
+  try {
+    stage.run();
+    FAIL("expected an InputError");
+  } catch (const InputError& e) {
+    const std::string message = e.what();
+    REQUIRE(message.find("level feat of crop g/w1") != std::string::npos);
+    REQUIRE(message.find("--allow-nonfinite") != std::string::npos);
+  }
+}
+
+TEST_CASE("the serial executor writes the cache the threaded one writes, bit for bit") {
+  testing::TempDir dir;
+  const PrecomputeOptions threaded_options = small_run(dir, dir.file("threaded.h5"));
+  PrecomputeOptions serial_options = threaded_options;
+  serial_options.out = dir.file("serial.h5");
+  const PrecomputeSummary threaded = run_precompute(plan_precompute(threaded_options));
+  PrecomputeHooks serial_hooks;
+  serial_hooks.serial = true;
+  const PrecomputeSummary serial = run_precompute(plan_precompute(serial_options), serial_hooks);
+  REQUIRE(serial.crops_computed == threaded.crops_computed);
+  REQUIRE(serial.crops_computed == 7 * 4);
+  REQUIRE(serial.encoder_calls == threaded.encoder_calls);
+  const CacheFileReader a(dir.file("threaded.h5")), b(dir.file("serial.h5"));
+  REQUIRE(a.rows() == b.rows());
+  const RowBatch ra = a.read_rows(0, a.rows()), rb = b.read_rows(0, b.rows());
+  REQUIRE(ra.windows == rb.windows);
+  REQUIRE(ra.bounds == rb.bounds);
+  REQUIRE(ra.pixel_hashes == rb.pixel_hashes);
+  REQUIRE(at::equal(ra.label_class, rb.label_class));
+  REQUIRE(at::equal(ra.label_mask, rb.label_mask));
+  REQUIRE(ra.levels.size() == rb.levels.size());
+  for (std::size_t k = 0; k < ra.levels.size(); ++k) REQUIRE(at::equal(ra.levels[k], rb.levels[k]));
+  // A rerun through the serial executor computes nothing.
+  const PrecomputeSummary rerun = run_precompute(plan_precompute(serial_options), serial_hooks);
+  REQUIRE(rerun.crops_computed == 0);
+  REQUIRE(rerun.crops_skipped == 7 * 4);
+}
+
+}  // TEST_SUITE
