@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  cmake g++ make ccache pkg-config
+  cmake g++ make ccache pkg-config pmccabe
   libtorch-dev libopenblas0-openmp
   libhdf5-dev hdf5-tools hdf5-filter-plugin hdf5-filter-plugin-blosc-serial
   libcli11-dev nlohmann-json3-dev doctest-dev libssl-dev

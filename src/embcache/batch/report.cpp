@@ -177,9 +177,8 @@ void check_result_row(const nlohmann::json& row, const std::string& where) {
   }
 }
 
-}  // namespace
-
-std::string write_report(const std::string& output_dir) {
+// The rows of OUTPUT_DIR/results.jsonl, each checked.
+std::vector<nlohmann::json> read_result_rows(const std::string& output_dir) {
   std::ifstream in(output_dir + "/results.jsonl");
   if (!in) {
     throw InputError(output_dir + ": no results.jsonl; run `embcache run CONFIG.json` first (report reads its output_dir)");
@@ -198,32 +197,19 @@ std::string write_report(const std::string& output_dir) {
     check_result_row(rows.back(), output_dir + "/results.jsonl: line " + std::to_string(line_no));
   }
   if (rows.empty()) throw InputError(output_dir + "/results.jsonl: no finished runs yet");
+  return rows;
+}
 
-  std::vector<std::string> groups;
-  for (const auto& r : rows) {
-    const std::string g = r["group"].get<std::string>();
-    if (std::find(groups.begin(), groups.end(), g) == groups.end()) groups.push_back(g);
-  }
+void add_unique(std::vector<std::string>& keys, const std::string& key) {
+  if (std::find(keys.begin(), keys.end(), key) == keys.end()) keys.push_back(key);
+}
 
-  std::ostringstream html;
-  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>embcache report</title><style>"
-          "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}"
-          "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee;cursor:pointer}"
-          "td.t{text-align:left}.chart{margin:8px;border:1px solid #eee}.title{font-size:13px;font-weight:bold}"
-          ".tick,.legend{font-size:10px}.label{font-size:11px}.frame{fill:none;stroke:#999}"
-          ".charts{display:flex;flex-wrap:wrap}</style></head><body>\n";
-  html << "<h1>embcache report</h1><p>" << esc(output_dir) << ": " << rows.size() << " finished runs in " << groups.size()
-       << " probe groups. Click a column header to sort.</p>\n";
-
-  // Results table.
+// The sortable table of every run.
+void write_results_table(std::ostringstream& html, const std::vector<nlohmann::json>& rows) {
   std::vector<std::string> val_keys, test_keys;
   for (const auto& r : rows) {
-    for (const auto& [k, v] : r["val"].items()) {
-      if (std::find(val_keys.begin(), val_keys.end(), k) == val_keys.end()) val_keys.push_back(k);
-    }
-    for (const auto& [k, v] : r["test"].items()) {
-      if (std::find(test_keys.begin(), test_keys.end(), k) == test_keys.end()) test_keys.push_back(k);
-    }
+    for (const auto& [k, v] : r["val"].items()) add_unique(val_keys, k);
+    for (const auto& [k, v] : r["test"].items()) add_unique(test_keys, k);
   }
   html << "<h2>Results</h2><table id=\"results\"><thead><tr>";
   for (const char* h : {"run", "group", "cache", "head", "levels", "lr", "weight decay", "best epoch"}) html << "<th>" << h << "</th>";
@@ -245,100 +231,135 @@ std::string write_report(const std::string& output_dir) {
     html << "<td>" << cell(r["seconds"]) << "</td></tr>\n";
   }
   html << "</tbody></table>\n";
+}
 
-  for (const auto& group : groups) {
-    std::vector<const nlohmann::json*> mine;
-    for (const auto& r : rows) {
-      if (r["group"] == group) mine.push_back(&r);
+// Learning curves: validation metric and training loss per epoch, one line per run of a group.
+void write_learning_curves(std::ostringstream& html, const std::string& group, const std::vector<const nlohmann::json*>& mine,
+                           const std::string& metric_name) {
+  std::vector<Series> val_curves, loss_curves;
+  for (const auto* r : mine) {
+    std::ifstream m_in((*r)["run_dir"].get<std::string>() + "/metrics.json");
+    if (!m_in) continue;
+    nlohmann::json m;
+    try {
+      m = nlohmann::json::parse(m_in);
+    } catch (const nlohmann::json::exception&) {
+      continue;
     }
-    const std::string metric_name = mine.front()->value("primary_metric", std::string("metric"));
-    html << "<h2>" << esc(group) << "</h2><div class=\"charts\">\n";
-
-    // Learning curves: validation metric and training loss per epoch, one line per run.
-    std::vector<Series> val_curves, loss_curves;
-    for (const auto* r : mine) {
-      std::ifstream m_in((*r)["run_dir"].get<std::string>() + "/metrics.json");
-      if (!m_in) continue;
-      nlohmann::json m;
-      try {
-        m = nlohmann::json::parse(m_in);
-      } catch (const nlohmann::json::exception&) {
-        continue;
+    Series v{(*r)["name"].get<std::string>().substr(group.size() + ((*r)["name"].get<std::string>().size() > group.size() ? 1 : 0)), {}};
+    if (v.name.empty()) v.name = group;
+    Series l = v;
+    try {
+      for (const auto& h : m.at("history")) {
+        const double epoch = h.at("epoch").get<double>();
+        const auto& val = h.at("val").value(metric_name, nlohmann::json(nullptr));
+        v.points.emplace_back(epoch, val.is_number() ? val.get<double>() : NAN);
+        l.points.emplace_back(epoch, h.at("train_loss").get<double>());
       }
-      Series v{(*r)["name"].get<std::string>().substr(group.size() + ((*r)["name"].get<std::string>().size() > group.size() ? 1 : 0)), {}};
-      if (v.name.empty()) v.name = group;
-      Series l = v;
-      try {
-        for (const auto& h : m.at("history")) {
-          const double epoch = h.at("epoch").get<double>();
-          const auto& val = h.at("val").value(metric_name, nlohmann::json(nullptr));
-          v.points.emplace_back(epoch, val.is_number() ? val.get<double>() : NAN);
-          l.points.emplace_back(epoch, h.at("train_loss").get<double>());
-        }
-      } catch (const nlohmann::json::exception&) {
-        continue;  // like an unreadable metrics.json: the run stays in the table, without curves
-      }
-      val_curves.push_back(v);
-      loss_curves.push_back(l);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // like an unreadable metrics.json: the run stays in the table, without curves
     }
-    html << line_chart("validation " + metric_name + " per epoch", "epoch", "val " + metric_name, val_curves) << "\n";
-    html << line_chart("training loss per epoch", "epoch", "train loss", loss_curves) << "\n";
-
-    // Metric vs learning rate: one line per (head, levels), best over the other options.
-    std::map<std::string, std::map<double, double>> by_series;
-    const bool higher = mine.front()->value("higher_is_better", true);
-    for (const auto* r : mine) {
-      const std::string key = (*r)["head"].get<std::string>() + " levels " + (*r)["levels"].get<std::string>();
-      const double lr = (*r)["lr"].get<double>(), v = primary_value(*r, "val");
-      auto& slot = by_series[key];
-      // A run without a result (it diverged) has NaN: any finite value beats it.
-      if (!slot.count(lr) || std::isnan(slot[lr]) || (higher ? v > slot[lr] : v < slot[lr])) slot[lr] = v;
-    }
-    std::vector<Series> lr_series;
-    for (const auto& [key, points] : by_series) {
-      Series s{key, {}};
-      for (const auto& [lr, v] : points) s.points.emplace_back(lr, v);
-      lr_series.push_back(s);
-    }
-    html << line_chart("best val " + metric_name + " vs learning rate", "learning rate (log scale)", "val " + metric_name,
-                       lr_series, true)
-         << "\n";
-
-    // Levels compared: the best run per level set, its val and test metric.
-    std::vector<std::string> level_sets;
-    std::map<std::string, const nlohmann::json*> best;
-    for (const auto* r : mine) {
-      const std::string lv = (*r)["levels"].get<std::string>();
-      if (!best.count(lv)) level_sets.push_back(lv);
-      const double v = primary_value(*r, "val"), held = best.count(lv) ? primary_value(*best[lv], "val") : NAN;
-      const bool better = best.count(lv) && (std::isnan(held) || (higher ? v > held : v < held));
-      if (!best.count(lv) || better) best[lv] = r;
-    }
-    Series val_bars{"val", {}}, test_bars{"test", {}};
-    for (std::size_t i = 0; i < level_sets.size(); ++i) {
-      val_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "val"));
-      test_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "test"));
-    }
-    html << bar_chart("levels compared (best run per level set)", metric_name, level_sets, {val_bars, test_bars}) << "\n";
-    html << "</div>\n";
+    val_curves.push_back(v);
+    loss_curves.push_back(l);
   }
+  html << line_chart("validation " + metric_name + " per epoch", "epoch", "val " + metric_name, val_curves) << "\n";
+  html << line_chart("training loss per epoch", "epoch", "train loss", loss_curves) << "\n";
+}
 
-  html << "<script>\n"
-          "document.querySelectorAll('#results th').forEach(function(th, col) {\n"
-          "  th.addEventListener('click', function() {\n"
-          "    var body = th.closest('table').tBodies[0];\n"
-          "    var rows = Array.from(body.rows), asc = th.dataset.asc !== '1';\n"
-          "    th.dataset.asc = asc ? '1' : '0';\n"
-          "    rows.sort(function(a, b) {\n"
-          "      var x = a.cells[col].textContent, y = b.cells[col].textContent;\n"
-          "      var nx = parseFloat(x), ny = parseFloat(y);\n"
-          "      var r = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);\n"
-          "      return asc ? r : -r;\n"
-          "    });\n"
-          "    rows.forEach(function(r) { body.appendChild(r); });\n"
-          "  });\n"
-          "});\n"
-          "</script>\n</body></html>\n";
+// Metric vs learning rate: one line per (head, levels), best over the other options.
+void write_lr_chart(std::ostringstream& html, const std::vector<const nlohmann::json*>& mine, const std::string& metric_name,
+                    bool higher) {
+  std::map<std::string, std::map<double, double>> by_series;
+  for (const auto* r : mine) {
+    const std::string key = (*r)["head"].get<std::string>() + " levels " + (*r)["levels"].get<std::string>();
+    const double lr = (*r)["lr"].get<double>(), v = primary_value(*r, "val");
+    auto& slot = by_series[key];
+    // A run without a result (it diverged) has NaN: any finite value beats it.
+    if (!slot.count(lr) || std::isnan(slot[lr]) || (higher ? v > slot[lr] : v < slot[lr])) slot[lr] = v;
+  }
+  std::vector<Series> lr_series;
+  for (const auto& [key, points] : by_series) {
+    Series s{key, {}};
+    for (const auto& [lr, v] : points) s.points.emplace_back(lr, v);
+    lr_series.push_back(s);
+  }
+  html << line_chart("best val " + metric_name + " vs learning rate", "learning rate (log scale)", "val " + metric_name,
+                     lr_series, true)
+       << "\n";
+}
+
+// Levels compared: the best run per level set, its val and test metric.
+void write_levels_chart(std::ostringstream& html, const std::vector<const nlohmann::json*>& mine, const std::string& metric_name,
+                        bool higher) {
+  std::vector<std::string> level_sets;
+  std::map<std::string, const nlohmann::json*> best;
+  for (const auto* r : mine) {
+    const std::string lv = (*r)["levels"].get<std::string>();
+    if (!best.count(lv)) level_sets.push_back(lv);
+    const double v = primary_value(*r, "val"), held = best.count(lv) ? primary_value(*best[lv], "val") : NAN;
+    const bool better = best.count(lv) && (std::isnan(held) || (higher ? v > held : v < held));
+    if (!best.count(lv) || better) best[lv] = r;
+  }
+  Series val_bars{"val", {}}, test_bars{"test", {}};
+  for (std::size_t i = 0; i < level_sets.size(); ++i) {
+    val_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "val"));
+    test_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "test"));
+  }
+  html << bar_chart("levels compared (best run per level set)", metric_name, level_sets, {val_bars, test_bars}) << "\n";
+}
+
+void write_group_charts(std::ostringstream& html, const std::vector<nlohmann::json>& rows, const std::string& group) {
+  std::vector<const nlohmann::json*> mine;
+  for (const auto& r : rows) {
+    if (r["group"] == group) mine.push_back(&r);
+  }
+  const std::string metric_name = mine.front()->value("primary_metric", std::string("metric"));
+  const bool higher = mine.front()->value("higher_is_better", true);
+  html << "<h2>" << esc(group) << "</h2><div class=\"charts\">\n";
+  write_learning_curves(html, group, mine, metric_name);
+  write_lr_chart(html, mine, metric_name, higher);
+  write_levels_chart(html, mine, metric_name, higher);
+  html << "</div>\n";
+}
+
+// Sorting the results table by a click on its header.
+constexpr const char* kSortScript =
+    "<script>\n"
+    "document.querySelectorAll('#results th').forEach(function(th, col) {\n"
+    "  th.addEventListener('click', function() {\n"
+    "    var body = th.closest('table').tBodies[0];\n"
+    "    var rows = Array.from(body.rows), asc = th.dataset.asc !== '1';\n"
+    "    th.dataset.asc = asc ? '1' : '0';\n"
+    "    rows.sort(function(a, b) {\n"
+    "      var x = a.cells[col].textContent, y = b.cells[col].textContent;\n"
+    "      var nx = parseFloat(x), ny = parseFloat(y);\n"
+    "      var r = (!isNaN(nx) && !isNaN(ny)) ? nx - ny : x.localeCompare(y);\n"
+    "      return asc ? r : -r;\n"
+    "    });\n"
+    "    rows.forEach(function(r) { body.appendChild(r); });\n"
+    "  });\n"
+    "});\n"
+    "</script>\n";
+
+}  // namespace
+
+std::string write_report(const std::string& output_dir) {
+  const std::vector<nlohmann::json> rows = read_result_rows(output_dir);
+  std::vector<std::string> groups;
+  for (const auto& r : rows) add_unique(groups, r["group"].get<std::string>());
+
+  std::ostringstream html;
+  html << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>embcache report</title><style>"
+          "body{font-family:sans-serif;margin:24px;color:#222}table{border-collapse:collapse;font-size:13px}"
+          "th,td{border:1px solid #ccc;padding:3px 8px;text-align:right}th{background:#eee;cursor:pointer}"
+          "td.t{text-align:left}.chart{margin:8px;border:1px solid #eee}.title{font-size:13px;font-weight:bold}"
+          ".tick,.legend{font-size:10px}.label{font-size:11px}.frame{fill:none;stroke:#999}"
+          ".charts{display:flex;flex-wrap:wrap}</style></head><body>\n";
+  html << "<h1>embcache report</h1><p>" << esc(output_dir) << ": " << rows.size() << " finished runs in " << groups.size()
+       << " probe groups. Click a column header to sort.</p>\n";
+  write_results_table(html, rows);
+  for (const auto& group : groups) write_group_charts(html, rows, group);
+  html << kSortScript << "</body></html>\n";
   const std::string path = output_dir + "/report.html";
   write_text_atomically(path, html.str(), "report");
   return path;

@@ -410,43 +410,41 @@ class StudyParser {
     study_.precomputes.push_back(std::move(entry));
   }
 
-  // One probe entry: its grid axes, then one ProbeRun per point of the grid.
-  void parse_probe(const std::string& where, const Json& raw) {
-    const auto& probe_fields_ = probe_fields();
-    const auto probe_keys = json_keys(probe_fields_, {"name", "cache", "zip"});
-    const std::string group = check_name(raw, where);
-    const Json e = merged(defaults_probe, raw);
-    const std::size_t problems_before = problems_.lines.size();
-    // Axes: fields whose value is a grid, in the entry's key order; "zip" ties some together.
+  // A grid axis of a probe entry: fields that vary together (one, or the "zip" fields).
+  struct Axis {
+    std::vector<std::string> keys;
+    std::size_t size = 0;
+  };
+
+  // The entry's "zip" list: field names of the entry.
+  std::vector<std::string> zip_keys(const std::string& where, const Json& e) {
     std::vector<std::string> zip;
-    if (e.contains("zip")) {
-      if (!e["zip"].is_array()) problems_.add(where + ".zip", "expected a list of field names");
-      else {
-        for (const auto& z : e["zip"]) {
-          if (!z.is_string() || !e.contains(z.get<std::string>())) {
-            problems_.add(where + ".zip", "names " + describe(z) + ", which is not a field of this entry");
-          } else {
-            zip.push_back(z.get<std::string>());
-          }
-        }
+    if (!e.contains("zip")) return zip;
+    if (!e["zip"].is_array()) {
+      problems_.add(where + ".zip", "expected a list of field names");
+      return zip;
+    }
+    for (const auto& z : e["zip"]) {
+      if (!z.is_string() || !e.contains(z.get<std::string>())) {
+        problems_.add(where + ".zip", "names " + describe(z) + ", which is not a field of this entry");
+      } else {
+        zip.push_back(z.get<std::string>());
       }
     }
-    if (!e.contains("cache")) problems_.add(where + ".cache", "missing; name a precompute entry or a cache file");
-    for (const char* required : {"task", "levels"}) {
-      if (!e.contains(required)) problems_.add(where + "." + required, "missing");
-    }
-    struct Axis {
-      std::vector<std::string> keys;
-      std::size_t size = 0;
-    };
+    return zip;
+  }
+
+  // Axes: fields whose value is a grid, in the entry's key order; "zip" ties some together.
+  std::vector<Axis> grid_axes(const std::string& where, const Json& raw, const Json& e, const std::vector<std::string>& zip) {
+    const auto& fields = probe_fields();
     std::vector<Axis> axes;
     Axis zipped;
     for (const auto& [key, value] : e.items()) {
       if (key == "name" || key == "zip") continue;
       const std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
-      const auto* field = find_field(probe_fields_, key);
+      const auto* field = find_field(fields, key);
       if (key != "cache" && !field) {
-        problems_.add(at, unknown_key(key, probe_keys));
+        problems_.add(at, unknown_key(key, json_keys(fields, {"name", "cache", "zip"})));
         continue;
       }
       const bool grid = key == "cache" ? value.is_array() : is_grid_value(*field, value);
@@ -460,36 +458,143 @@ class StudyParser {
         problems_.add(at, "empty list: no runs");
         continue;
       }
-      if (in_zip) {
-        if (zipped.size && zipped.size != value.size()) {
-          problems_.add(at, "has " + std::to_string(value.size()) + " values but the other \"zip\" fields have " +
-                               std::to_string(zipped.size) + "; zipped fields vary together and need equal lengths");
-        }
-        zipped.keys.push_back(key);
-        zipped.size = value.size();
-      } else {
+      if (!in_zip) {
         axes.push_back({{key}, value.size()});
+        continue;
       }
+      if (zipped.size && zipped.size != value.size()) {
+        problems_.add(at, "has " + std::to_string(value.size()) + " values but the other \"zip\" fields have " +
+                             std::to_string(zipped.size) + "; zipped fields vary together and need equal lengths");
+      }
+      zipped.keys.push_back(key);
+      zipped.size = value.size();
     }
     if (!zipped.keys.empty()) axes.push_back(zipped);
-    // Cache references, checked for every listed value before any run is built.
-    if (e.contains("cache")) {
-      const Json caches = e["cache"].is_array() ? e["cache"] : Json::array({e["cache"]});
-      for (std::size_t k = 0; k < caches.size(); ++k) {
-        const std::string at = (raw.contains("cache") ? where : "defaults.probe") + ".cache" +
-                               (e["cache"].is_array() ? "[" + std::to_string(k) + "]" : "");
-        if (!caches[k].is_string()) {
-          problems_.add(at, "expected a precompute entry name or a path, got " + describe(caches[k]));
-          continue;
-        }
-        const std::string ref = caches[k].get<std::string>();
-        if (entry_index.count(ref) || fs::is_regular_file(absolute(base_, ref))) continue;
-        std::string entries;
-        for (const auto& p : study_.precomputes) entries += (entries.empty() ? "" : ", ") + p.name;
-        problems_.add(at, "\"" + ref + "\" is neither a precompute entry (" +
-                             (entries.empty() ? "there are none" : "entries: " + entries) + ") nor an existing cache file");
+    return axes;
+  }
+
+  // Cache references, checked for every listed value before any run is built.
+  void check_cache_refs(const std::string& where, const Json& raw, const Json& e) {
+    if (!e.contains("cache")) return;
+    const Json caches = e["cache"].is_array() ? e["cache"] : Json::array({e["cache"]});
+    for (std::size_t k = 0; k < caches.size(); ++k) {
+      const std::string at = (raw.contains("cache") ? where : "defaults.probe") + ".cache" +
+                             (e["cache"].is_array() ? "[" + std::to_string(k) + "]" : "");
+      if (!caches[k].is_string()) {
+        problems_.add(at, "expected a precompute entry name or a path, got " + describe(caches[k]));
+        continue;
+      }
+      const std::string ref = caches[k].get<std::string>();
+      if (entry_index.count(ref) || fs::is_regular_file(absolute(base_, ref))) continue;
+      std::string entries;
+      for (const auto& p : study_.precomputes) entries += (entries.empty() ? "" : ", ") + p.name;
+      problems_.add(at, "\"" + ref + "\" is neither a precompute entry (" +
+                           (entries.empty() ? "there are none" : "entries: " + entries) + ") nor an existing cache file");
+    }
+  }
+
+  // One point of the grid: each axis picks one index.
+  struct GridPoint {
+    Json values;            // the entry with every grid field replaced by its picked value
+    Json varying = Json::object();
+    std::string label;      // "lr=0.1,levels=2"
+    std::string positions;  // " (lr[1], levels[0])", for messages
+  };
+  GridPoint grid_point(const Json& e, const std::vector<Axis>& axes, std::size_t r) const {
+    GridPoint point;
+    point.values = e;
+    point.values.erase("name");
+    point.values.erase("zip");
+    std::vector<std::size_t> picks(axes.size());
+    for (std::size_t a = axes.size(); a-- > 0;) {
+      picks[a] = r % axes[a].size;
+      r /= axes[a].size;
+    }
+    for (std::size_t a = 0; a < axes.size(); ++a) {
+      for (const auto& key : axes[a].keys) {
+        point.positions += (point.positions.empty() ? " (" : ", ") + key + "[" + std::to_string(picks[a]) + "]";
+        const Json picked = e[key][picks[a]];
+        point.values[key] = picked;
+        point.varying[key] = picked;
+        point.label += (point.label.empty() ? "" : ",") + key + "=" + value_label(picked);
       }
     }
+    if (!point.positions.empty()) point.positions += ")";
+    return point;
+  }
+
+  // Builds the run of one grid point; false (with the problem recorded) when it cannot be built.
+  bool add_probe_run(const std::string& where, const Json& raw, const Json& e, const std::string& group,
+                     const GridPoint& point) {
+    const auto& fields = probe_fields();
+    ProbeRun run;
+    run.group = group;
+    run.varying = nlohmann::json::parse(point.varying.dump());
+    run.name = group + (point.label.empty() ? "" : "/" + point.label);
+    bool ok = true;
+    for (const auto& [key, value] : point.values.items()) {
+      if (key == "cache") continue;
+      std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
+      if (run.varying.contains(key)) {  // name the list element in errors
+        for (std::size_t k = 0; k < e[key].size(); ++k) {
+          if (e[key][k] == value) {
+            at += "[" + std::to_string(k) + "]";
+            break;
+          }
+        }
+      }
+      ok = assign(*find_field(fields, key), value, run.options, at, problems_) && ok;
+    }
+    // The cache: a precompute entry, or a file (both checked before).
+    std::string cache_identity;
+    const std::string ref = point.values["cache"].get<std::string>();
+    if (entry_index.count(ref)) {
+      run.cache_entry = ref;
+      run.options.caches = {study_.precomputes[entry_index[ref]].options.out};
+      cache_identity = entry_identity[ref];
+    } else {
+      run.options.caches = {absolute(base_, ref)};
+      cache_identity = run.options.caches.front();
+    }
+    if (!ok) return false;  // one report per entry is enough; the same mistake repeats in every run
+    try {
+      check_probe_options(run.options);
+    } catch (const Error& err) {
+      add_option_problem(where, point.label.empty() ? "" : " (" + point.label + ")", fields, err.what());
+      return false;
+    }
+    nlohmann::json identity = probe_options_to_json(run.options);
+    identity.erase("out");
+    identity.erase("quiet");
+    identity["cache_identity"] = cache_identity;
+    run.id = sha256_hex(identity.dump()).substr(0, 12);
+    // A repeated grid value ([1e-3, 0.001]) or a copied entry would train one probe twice into
+    // one run directory and list it twice in the results.
+    const auto [first, fresh] = run_where_.emplace(run.id, where + " " + run.name + point.positions);
+    if (!fresh) {
+      problems_.add(where, run.name + point.positions + " is the same run as " + first->second +
+                               " (same options on the same cache); remove the repeated value or entry");
+      return false;
+    }
+    run.options.quiet = true;
+    run.options.out = study_.output_dir + "/runs/" + slug(group) + "/" + (point.label.empty() ? "run" : slug(point.label)) +
+                      "-" + run.id;
+    study_.runs.push_back(std::move(run));
+    return true;
+  }
+
+  // One probe entry: its grid axes, then one ProbeRun per point of the grid.
+  void parse_probe(const std::string& where, const Json& raw) {
+    const std::string group = check_name(raw, where);
+    const Json e = merged(defaults_probe, raw);
+    const std::size_t problems_before = problems_.lines.size();
+    const std::vector<std::string> zip = zip_keys(where, e);
+    if (!e.contains("cache")) problems_.add(where + ".cache", "missing; name a precompute entry or a cache file");
+    for (const char* required : {"task", "levels"}) {
+      if (!e.contains(required)) problems_.add(where + "." + required, "missing");
+    }
+    const std::vector<Axis> axes = grid_axes(where, raw, e, zip);
+    check_cache_refs(where, raw, e);
     if (problems_.lines.size() > problems_before) return;
 
     std::size_t total = 1;
@@ -500,79 +605,7 @@ class StudyParser {
     }
     study_.groups.push_back(group);
     for (std::size_t r = 0; r < total; ++r) {
-      // This run's values: each axis picks one index.
-      Json values = e;
-      values.erase("name");
-      values.erase("zip");
-      ProbeRun run;
-      run.group = group;
-      run.varying = nlohmann::json::object();
-      std::size_t rest = r;
-      std::vector<std::size_t> picks(axes.size());
-      for (std::size_t a = axes.size(); a-- > 0;) {
-        picks[a] = rest % axes[a].size;
-        rest /= axes[a].size;
-      }
-      std::string label, positions;  // positions: "lr[1], levels[0]", for messages
-      for (std::size_t a = 0; a < axes.size(); ++a) {
-        for (const auto& key : axes[a].keys) {
-          positions += (positions.empty() ? " (" : ", ") + key + "[" + std::to_string(picks[a]) + "]";
-          const Json picked = e[key][picks[a]];
-          values[key] = picked;
-          run.varying[key] = nlohmann::json::parse(picked.dump());
-          label += (label.empty() ? "" : ",") + key + "=" + value_label(picked);
-        }
-      }
-      run.name = group + (label.empty() ? "" : "/" + label);
-      bool ok = true;
-      for (const auto& [key, value] : values.items()) {
-        if (key == "cache") continue;
-        std::string at = (raw.contains(key) ? where : "defaults.probe") + "." + key;
-        if (run.varying.contains(key)) {  // name the list element in errors
-          for (std::size_t k = 0; k < e[key].size(); ++k) {
-            if (e[key][k] == value) {
-              at += "[" + std::to_string(k) + "]";
-              break;
-            }
-          }
-        }
-        ok = assign(*find_field(probe_fields_, key), value, run.options, at, problems_) && ok;
-      }
-      // The cache: a precompute entry, or a file (both checked above).
-      std::string cache_identity;
-      const std::string ref = values["cache"].get<std::string>();
-      if (entry_index.count(ref)) {
-        run.cache_entry = ref;
-        run.options.caches = {study_.precomputes[entry_index[ref]].options.out};
-        cache_identity = entry_identity[ref];
-      } else {
-        run.options.caches = {absolute(base_, ref)};
-        cache_identity = run.options.caches.front();
-      }
-      if (!ok) break;  // one report per entry is enough; the same mistake repeats in every run
-      try {
-        check_probe_options(run.options);
-      } catch (const Error& err) {
-        add_option_problem(where, label.empty() ? "" : " (" + label + ")", probe_fields_, err.what());
-        break;
-      }
-      nlohmann::json identity = probe_options_to_json(run.options);
-      identity.erase("out");
-      identity.erase("quiet");
-      identity["cache_identity"] = cache_identity;
-      run.id = sha256_hex(identity.dump()).substr(0, 12);
-      // A repeated grid value ([1e-3, 0.001]) or a copied entry would train one probe twice into
-      // one run directory and list it twice in the results.
-      if (!positions.empty()) positions += ")";
-      const auto [first, fresh] = run_where_.emplace(run.id, where + " " + run.name + positions);
-      if (!fresh) {
-        problems_.add(where, run.name + positions + " is the same run as " + first->second +
-                                 " (same options on the same cache); remove the repeated value or entry");
-        break;
-      }
-      run.options.quiet = true;
-      run.options.out = study_.output_dir + "/runs/" + slug(group) + "/" + (label.empty() ? "run" : slug(label)) + "-" + run.id;
-      study_.runs.push_back(std::move(run));
+      if (!add_probe_run(where, raw, e, group, grid_point(e, axes, r))) break;
     }
   }
 
