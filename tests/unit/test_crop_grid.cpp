@@ -4,6 +4,8 @@
 #include "embcache/dataset/crop_grid.hpp"
 #include "embcache/dataset/rslearn_dataset.hpp"
 
+TEST_SUITE_BEGIN("dataset");
+
 using embcache::Bounds;
 using embcache::CropGridSpec;
 using embcache::crop_grid;
@@ -100,3 +102,5 @@ TEST_CASE("rslearn band-set directory names follow rslearn's rule") {
                                            "B10", "B11", "B12", "B13", "B14", "B15", "B16"}) ==
         "819f036991cefca8d9a79e00d2a52d4fa6d704e0abdd7c333ea7db07205b1853");
 }
+
+TEST_SUITE_END();

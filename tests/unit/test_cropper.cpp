@@ -6,6 +6,8 @@
 
 using namespace embcache;
 
+TEST_SUITE_BEGIN("dataset");
+
 TEST_CASE("crop inside the window is an exact slice, bands in the given order") {
   const at::Tensor pixels = at::arange(3 * 6 * 8, at::kInt).view({3, 6, 8});
   CropperOptions options;
@@ -49,7 +51,7 @@ TEST_CASE("a pad value the pixels' dtype cannot hold pads in float32, keeping th
   REQUIRE((cut_crop(pixels, at::Tensor(), {0, 0, 2, 2}, {0, 0, 3, 2}, options).pixels.scalar_type() == at::kByte));
 }
 
-TEST_CASE("preprocess: (raw * scale - mean) / std per channel, in float32") {
+TEST_CASE("preprocess: (raw * scale - mean) / std per channel, in float32" * doctest::test_suite("encoder")) {
   const at::Tensor raw = at::arange(2 * 2 * 2, at::kShort).view({2, 2, 2});
   Preprocess p;
   p.scale = 0.5;
@@ -65,3 +67,5 @@ TEST_CASE("preprocess: (raw * scale - mean) / std per channel, in float32") {
   zero.std = {0.0};
   REQUIRE_THROWS_AS(zero.validate(1), UsageError);
 }
+
+TEST_SUITE_END();

@@ -12,6 +12,8 @@
 
 using namespace embcache;
 
+TEST_SUITE_BEGIN("store");
+
 TEST_CASE("non-finite detection agrees with torch for float32, float16 and bfloat16") {
   const float inf = std::numeric_limits<float>::infinity();
   const float nan = std::numeric_limits<float>::quiet_NaN();
@@ -38,3 +40,5 @@ TEST_CASE("non-finite detection agrees with torch for float32, float16 and bfloa
     CHECK(torch_finite == (dtype == StorageDtype::kFloat32));
   }
 }
+
+TEST_SUITE_END();

@@ -10,6 +10,8 @@
 
 using namespace embcache;
 
+TEST_SUITE_BEGIN("core");
+
 TEST_CASE("sha256 matches the FIPS 180-2 test vectors") {
   REQUIRE(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
   REQUIRE(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
@@ -51,3 +53,5 @@ TEST_CASE("crop keys: the same window name in two groups is two keys") {
   REQUIRE(CropKey{"a", "bc", {}}.map_key() != CropKey{"ab", "c", {}}.map_key());
   REQUIRE(a.describe() == "g1/w[0,0,8,8]");
 }
+
+TEST_SUITE_END();

@@ -27,6 +27,8 @@
 #include "test_support.hpp"
 
 using namespace embcache;
+
+TEST_SUITE_BEGIN("pipeline");
 namespace fs = std::filesystem;
 
 namespace {
@@ -610,7 +612,7 @@ TEST_CASE("the encoder's waits hold its OpenMP workers inside a region, run once
   CHECK_FALSE(in_region);
 }
 
-TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; items_ready(n) agrees") {
+TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; items_ready(n) agrees" * doctest::test_suite("core")) {
   BoundedQueue<int> queue(2);
   std::thread producer([&] {
     queue.push(1);
@@ -630,7 +632,7 @@ TEST_CASE("a queue wait for more items than the queue holds returns once it is f
   CHECK_FALSE(queue.pop().has_value());
 }
 
-TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only while it lives") {
+TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only while it lives" * doctest::test_suite("encoder")) {
   // glibc reports memory in mmapped blocks (hblkhd): a 64 MiB block is mmapped by default, taken
   // from the heap inside the scope, and mmapped again once the scope has ended.
   auto mmapped_by = [](std::size_t bytes) {
@@ -654,7 +656,7 @@ TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only 
   CHECK(mmapped_by(block) >= block);
 }
 
-TEST_CASE("command-line flags: --no-fsync turns fsync off, and --help shows it plainly") {
+TEST_CASE("command-line flags: --no-fsync turns fsync off, and --help shows it plainly" * doctest::test_suite("cli")) {
   const auto parse = [](std::vector<std::string> args) {
     CLI::App app("test");
     auto options = std::make_shared<PrecomputeOptions>();
@@ -676,7 +678,7 @@ TEST_CASE("command-line flags: --no-fsync turns fsync off, and --help shows it p
   CHECK(help.find("{false}") == std::string::npos);
 }
 
-TEST_CASE("--device is checked before CUDA is looked for; cuda:N takes digits only") {
+TEST_CASE("--device is checked before CUDA is looked for; cuda:N takes digits only" * doctest::test_suite("core")) {
   CHECK(resolve_device("cpu") == c10::Device(c10::kCPU));
   for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:1x", "cuda:-1", "CUDA"}) {
     CAPTURE(bad);
@@ -744,3 +746,5 @@ TEST_CASE("--batch-size auto keeps the fastest size and stops at the first that 
   REQUIRE(call_sizes.size() == 2 * trials.size() + std::size_t((24 + fastest - 1) / fastest));
   for (std::size_t i = 2 * trials.size(); i < call_sizes.size(); ++i) CHECK(call_sizes[i] == fastest);
 }
+
+TEST_SUITE_END();

@@ -14,6 +14,8 @@
 
 using namespace embcache;
 
+TEST_SUITE_BEGIN("probe");
+
 namespace {
 
 // Logits [1, B, K] that predict `pred` for each row.
@@ -96,7 +98,7 @@ TEST_CASE("learning-rate schedules: warm-up, cosine, step") {
   CHECK(schedule_factor(Schedule::kStep, 9, 10, 0) == doctest::Approx(0.01));
 }
 
-TEST_CASE("byte sizes parse with binary units and reject nonsense") {
+TEST_CASE("byte sizes parse with binary units and reject nonsense" * doctest::test_suite("core")) {
   CHECK(parse_bytes("512M", "x") == 512ll << 20);
   CHECK(parse_bytes("1.5GiB", "x") == 3ll << 29);
   CHECK(parse_bytes("4096", "x") == 4096);
@@ -104,7 +106,7 @@ TEST_CASE("byte sizes parse with binary units and reject nonsense") {
   CHECK_THROWS_AS(parse_bytes("-1G", "--host-memory-budget"), UsageError);
 }
 
-TEST_CASE("durations for progress lines read as seconds, minutes or hours") {
+TEST_CASE("durations for progress lines read as seconds, minutes or hours" * doctest::test_suite("core")) {
   CHECK(format_duration(0) == "0s");
   CHECK(format_duration(42.4) == "42s");
   CHECK(format_duration(725) == "12m05s");
@@ -112,7 +114,7 @@ TEST_CASE("durations for progress lines read as seconds, minutes or hours") {
   CHECK(format_duration(-3) == "0s");
 }
 
-TEST_CASE("crop sizes parse as S or WxH and name the expected form otherwise") {
+TEST_CASE("crop sizes parse as S or WxH and name the expected form otherwise" * doctest::test_suite("core")) {
   CHECK(parse_size("64", "--crop-size") == std::pair<std::int64_t, std::int64_t>(64, 64));
   CHECK(parse_size("64x32", "--crop-size") == std::pair<std::int64_t, std::int64_t>(64, 32));
   for (const char* bad : {"64x", "x32", "10x20x3", "big"}) {
@@ -209,3 +211,5 @@ TEST_CASE("head configs refuse architectures that cannot work on the levels") {
   config.level_shapes = {{8}};
   CHECK_THROWS_AS(config.validate(), UsageError);  // a vector level
 }
+
+TEST_SUITE_END();

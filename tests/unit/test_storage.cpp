@@ -19,6 +19,8 @@
 
 using namespace embcache;
 
+TEST_SUITE_BEGIN("store");
+
 namespace {
 
 RowBatch make_rows(std::int64_t n, std::int64_t first, StorageDtype dtype, const at::Tensor& features) {
@@ -354,7 +356,7 @@ TEST_CASE("compression options parse, and unknown ones are usage errors") {
   REQUIRE_THROWS_AS(parse_storage_dtype("float64"), UsageError);
 }
 
-TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason") {
+TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason" * doctest::test_suite("h5")) {
   testing::TempDir dir;
   try {
     h5::open_file(dir.file("missing.h5"), false);
@@ -374,7 +376,7 @@ TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason") {
   REQUIRE_THROWS_AS(CacheFileReader(dir.file("x.h5")), InputError);
 }
 
-TEST_CASE("a dataset read row by row caches every chunk one row touches, within the cap") {
+TEST_CASE("a dataset read row by row caches every chunk one row touches, within the cap" * doctest::test_suite("dataset")) {
   testing::TempDir dir;
   h5::Handle file = h5::create_file(dir.file("rows.h5"));
   // [32, 4, 256, 256] uint8 in 1 MiB chunks of 16 rows x 4 x 128 x 128: a row touches 4 chunks.
@@ -461,3 +463,5 @@ TEST_CASE("signature differences name deciding fields only") {
   b["bands"] = {2, 1, 0};           // present in one only
   REQUIRE(signature_differences(a, b) == std::vector<std::string>{"bands", "dtype", "preprocessing"});
 }
+
+TEST_SUITE_END();

@@ -10,7 +10,7 @@
 #include "embcache/core/parse.hpp"
 #include "embcache/core/sha256.hpp"
 #include "embcache/pipeline/precompute_plan.hpp"
-#include "embcache/probe/trainer.hpp"
+#include "embcache/probe/probe_plan.hpp"
 
 namespace embcache {
 namespace {
@@ -558,7 +558,7 @@ class StudyParser {
     }
     if (!ok) return false;  // one report per entry is enough; the same mistake repeats in every run
     try {
-      check_probe_options(run.options);
+      run.plan = plan_probe(run.options);
     } catch (const Error& err) {
       add_option_problem(where, point.label.empty() ? "" : " (" + point.label + ")", fields, err.what());
       return false;
@@ -579,6 +579,7 @@ class StudyParser {
     run.options.quiet = true;
     run.options.out = study_.output_dir + "/runs/" + slug(group) + "/" + (point.label.empty() ? "run" : slug(point.label)) +
                       "-" + run.id;
+    run.plan.options = run.options;
     study_.runs.push_back(std::move(run));
     return true;
   }

@@ -9,6 +9,7 @@
 #include "embcache/pipeline/precompute_options.hpp"
 #include "embcache/pipeline/precompute_plan.hpp"
 #include "embcache/probe/probe_options.hpp"
+#include "embcache/probe/probe_plan.hpp"
 
 namespace embcache {
 
@@ -26,7 +27,8 @@ struct ProbeRun {
   std::string name;          // group, plus "field=value" for each field that varies in the group
   std::string id;            // 12 hex digits of SHA-256 over the resolved options and cache identity
   std::string cache_entry;   // the precompute entry it reads, or "" for a cache given by path
-  ProbeOptions options;      // caches resolved; out = OUTPUT_DIR/runs/GROUP/SLUG-ID
+  ProbeOptions options;      // caches resolved; out = OUTPUT_DIR/runs/GROUP/SLUG-ID; the run id's text
+  ProbePlan plan;            // the options as typed values, its grid one combination
   nlohmann::json varying;    // {"lr": 0.001, "levels": "2"}: the fields that vary in its group
 };
 

@@ -7,6 +7,7 @@
 #include <memory>
 #include <set>
 
+#include "embcache/batch/pass_fusion.hpp"
 #include "embcache/batch/report.hpp"
 #include "embcache/batch/results_table.hpp"
 #include "embcache/batch/run_ledger.hpp"
@@ -15,7 +16,6 @@
 #include "embcache/core/file_lock.hpp"
 #include "embcache/core/files.hpp"
 #include "embcache/core/parse.hpp"
-#include "embcache/core/sha256.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/trainer.hpp"
 #include "embcache/store/cache_file_reader.hpp"
@@ -27,74 +27,16 @@ namespace {
 
 namespace fs = std::filesystem;
 
-// Runs trained together in one train-probe pass: they share everything but head, levels, lr and
-// weight decay, and those form a full grid (so the pass trains exactly these runs).
-struct Pass {
-  std::vector<std::size_t> runs;  // indices into Study::runs
-  ProbeOptions options;
-};
-
-std::string shared_key(const ProbeRun& run) {
-  nlohmann::json j = probe_options_to_json(run.options);
-  for (const char* k : {"lr", "weight_decay", "head", "levels", "out"}) j.erase(k);
-  return run.group + "\n" + j.dump();
-}
-
-std::vector<std::string> distinct(const std::vector<std::string>& values) {
-  std::vector<std::string> out;
-  for (const auto& v : values) {
-    if (std::find(out.begin(), out.end(), v) == out.end()) out.push_back(v);
-  }
-  return out;
-}
-
 std::string join(const std::vector<std::string>& values, const char* sep) {
   std::string s;
   for (std::size_t i = 0; i < values.size(); ++i) s += (i ? sep : "") + values[i];
   return s;
 }
 
-// Splits runs with the same shared key into passes whose (head, levels, lr, wd) form a full grid.
-void add_passes(const Study& study, const std::vector<std::size_t>& runs, std::vector<Pass>* passes) {
-  auto try_grid = [&](const std::vector<std::size_t>& group) -> bool {
-    std::vector<std::string> heads, levels, lrs, wds;
-    std::set<std::string> combos;
-    for (auto r : group) {
-      const auto& o = study.runs[r].options;
-      heads.push_back(o.head);
-      levels.push_back(o.levels);
-      lrs.push_back(o.lr);
-      wds.push_back(o.weight_decay);
-      combos.insert(o.head + "|" + o.levels + "|" + o.lr + "|" + o.weight_decay);
-    }
-    heads = distinct(heads), levels = distinct(levels), lrs = distinct(lrs), wds = distinct(wds);
-    if (combos.size() != group.size() || heads.size() * levels.size() * lrs.size() * wds.size() != group.size()) return false;
-    Pass pass;
-    pass.runs = group;
-    pass.options = study.runs[group.front()].options;
-    pass.options.head = join(heads, ",");
-    pass.options.levels = join(levels, ",");
-    pass.options.lr = join(lrs, ",");
-    pass.options.weight_decay = join(wds, ",");
-    std::string ids;
-    for (auto r : group) ids += study.runs[r].id;
-    pass.options.out = study.output_dir + "/passes/" + sha256_hex(ids).substr(0, 12);
-    passes->push_back(pass);
-    return true;
-  };
-  if (try_grid(runs)) return;
-  // Not a full grid (a zip, or some runs already finished): one pass per (head, levels), else alone.
-  std::map<std::string, std::vector<std::size_t>> by_head;
-  std::vector<std::string> order;
-  for (auto r : runs) {
-    const std::string k = study.runs[r].options.head + "|" + study.runs[r].options.levels;
-    if (!by_head.count(k)) order.push_back(k);
-    by_head[k].push_back(r);
-  }
-  for (const auto& k : order) {
-    if (try_grid(by_head[k])) continue;
-    for (auto r : by_head[k]) try_grid({r});
-  }
+// "head linear,mlp, levels 1,2, lr 0.001,0.01, weight decay 0": a pass's grid for people.
+std::string grid_text(const std::vector<ProbeCombination>& grid) {
+  return "head " + grid_heads_text(grid) + ", levels " + grid_levels_text(grid) + ", lr " + grid_lrs_text(grid) +
+         ", weight decay " + grid_weight_decays_text(grid);
 }
 
 std::string cache_state(const PrecomputeEntry& entry) {
@@ -213,14 +155,7 @@ class StudyPlan {
         pending_.push_back(i);
       }
     }
-    std::map<std::string, std::vector<std::size_t>> buckets;
-    std::vector<std::string> order;
-    for (auto r : pending_) {
-      const std::string key = shared_key(study_.runs[r]);
-      if (!buckets.count(key)) order.push_back(key);
-      buckets[key].push_back(r);
-    }
-    for (const auto& key : order) add_passes(study_, buckets[key], &passes);
+    passes = fuse_runs(study_, pending_);
   }
 
   // The content ids of the caches a run reads, as the ledger records them.
@@ -261,16 +196,16 @@ void print_dry_run(const Study& study, const Selection& selected, const StudyPla
   }
   for (std::size_t i = 0; i < plan.passes.size(); ++i) {
     const auto& pass = plan.passes[i];
-    const auto& o = pass.options;
-    std::printf("pass %zu: %s, %zu run%s in one pass: task %s, head %s, levels %s, lr %s, weight decay %s, %lld epoch%s, cache %s\n",
-                i + 1, study.runs[pass.runs.front()].group.c_str(), pass.runs.size(), pass.runs.size() == 1 ? "" : "s",
-                o.task.c_str(), o.head.c_str(), o.levels.c_str(), o.lr.c_str(), o.weight_decay.c_str(),
-                static_cast<long long>(o.epochs), o.epochs == 1 ? "" : "s", o.caches.front().c_str());
+    const auto& o = pass.plan.options;
+    std::printf("pass %zu: %s, %zu run%s in one pass: task %s, %s, %lld epoch%s, cache %s\n", i + 1,
+                study.runs[pass.runs.front()].group.c_str(), pass.runs.size(), pass.runs.size() == 1 ? "" : "s",
+                o.task.c_str(), grid_text(pass.plan.grid).c_str(), static_cast<long long>(o.epochs),
+                o.epochs == 1 ? "" : "s", o.caches.front().c_str());
     for (auto r : pass.runs) std::printf("  %s  %s\n", study.runs[r].id.c_str(), study.runs[r].name.c_str());
     // Where its caches exist already, the pass can be checked as the run will check it.
     if (std::all_of(o.caches.begin(), o.caches.end(), [](const std::string& c) { return fs::exists(c); })) {
       try {
-        preflight_probe(o);
+        preflight_probe(pass.plan);
       } catch (const Error& e) {
         std::printf("  will fail: %s\n", e.what());
       }
@@ -308,7 +243,7 @@ void run_precomputes(const Study& study, const Selection& selected) {
 void preflight_passes(const Study& study, const std::vector<Pass>& passes) {
   for (const Pass& pass : passes) {
     try {
-      preflight_probe(pass.options);
+      preflight_probe(pass.plan);
     } catch (const Error& e) {
       throw Error(e.code(), study.path + ": probe entry \"" + study.runs[pass.runs.front()].group + "\": " + e.what() +
                                 "; no probe pass was run");
@@ -331,24 +266,14 @@ nlohmann::json write_run(const ProbeRun& run, const CombinationOutcome& c, std::
   return row;
 }
 
-bool same_combination(const ProbeOptions& run, const CombinationOutcome& c) {
-  return run.head == c.head && run.levels == c.levels_requested && parse_double(run.lr, "lr") == c.lr &&
-         parse_double(run.weight_decay, "weight_decay") == c.weight_decay;
-}
-
 // Trains one pass and records each of its runs in the ledger as soon as the pass ends.
 void run_pass(const Study& study, const Pass& pass, const std::string& trained_on, RunLedger& ledger) {
   std::vector<nlohmann::json> rows;
-  std::set<std::size_t> written;
   ProbeHooks hooks;
   hooks.on_combination = [&](const CombinationOutcome& c) {
-    for (auto r : pass.runs) {
-      if (written.count(r) || !same_combination(study.runs[r].options, c)) continue;
-      rows.push_back(write_run(study.runs[r], c, pass.runs.size(), trained_on));
-      written.insert(r);
-    }
+    rows.push_back(write_run(study.runs[pass.runs.at(c.index)], c, pass.runs.size(), trained_on));
   };
-  const ProbeResult result = train_probe(pass.options, hooks);
+  const ProbeResult result = train_probe(pass.plan, hooks);
   std::printf("%s\n", result.summary.c_str());
   std::fflush(stdout);
   if (rows.size() != pass.runs.size()) {
@@ -388,12 +313,11 @@ void run_study(const RunStudyOptions& options) {
 
   for (std::size_t i = 0; i < plan.passes.size(); ++i) {
     const Pass& pass = plan.passes[i];
-    std::printf("== pass %zu/%zu: %s, %zu run%s (head %s, levels %s, lr %s, weight decay %s) ==\n", i + 1,
-                plan.passes.size(), study.runs[pass.runs.front()].group.c_str(), pass.runs.size(),
-                pass.runs.size() == 1 ? "" : "s", pass.options.head.c_str(), pass.options.levels.c_str(),
-                pass.options.lr.c_str(), pass.options.weight_decay.c_str());
+    std::printf("== pass %zu/%zu: %s, %zu run%s (%s) ==\n", i + 1, plan.passes.size(),
+                study.runs[pass.runs.front()].group.c_str(), pass.runs.size(), pass.runs.size() == 1 ? "" : "s",
+                grid_text(pass.plan.grid).c_str());
     std::fflush(stdout);
-    run_pass(study, pass, plan.content_of(pass.options), ledger);
+    run_pass(study, pass, plan.content_of(pass.plan.options), ledger);
   }
   // Precomputes alone (no probe entries, or --only a precompute) have no results to table.
   if (selected.groups.empty()) return;

@@ -18,7 +18,7 @@ void setup_train_probe(CLI::App& app) {
 }
 
 void run_train_probe_command(const ProbeOptions& options) {
-  const ProbeResult result = train_probe(options);
+  const ProbeResult result = train_probe(plan_probe(options));
   std::printf("%s\n", result.summary.c_str());
   std::fflush(stdout);
 }

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
+#include <limits>
 #include <map>
 #include <set>
 #include <sstream>
@@ -26,6 +27,7 @@
 #include "embcache/probe/heads.hpp"
 #include "embcache/probe/metrics.hpp"
 #include "embcache/probe/optimizer.hpp"
+#include "embcache/probe/tier_choice.hpp"
 
 namespace embcache {
 namespace {
@@ -62,58 +64,13 @@ struct Bank {
   std::unique_ptr<BankOptimizer> optimizer;
 };
 
-std::vector<std::vector<std::string>> parse_level_sets(const std::string& text) {
-  if (text.empty()) throw UsageError("--levels: required (a level name or index, e.g. --levels 0, or 1+2 for fpn)");
-  std::vector<std::vector<std::string>> sets;
-  for (const auto& item : split_list(text, "--levels")) {
-    std::vector<std::string> set;
-    std::size_t start = 0;
-    while (true) {
-      const auto plus = item.find('+', start);
-      const std::string name = item.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
-      if (name.empty()) throw UsageError("--levels: empty level name in \"" + item + "\"");
-      set.push_back(name);
-      if (plus == std::string::npos) break;
-      start = plus + 1;
-    }
-    sets.push_back(set);
-  }
-  return sets;
-}
-
-// A value listed twice in a grid list would train the same heads twice and report them twice.
-template <typename T, typename Text>
-void refuse_repeats(const std::vector<T>& values, const std::string& option, Text text) {
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    for (std::size_t j = 0; j < i; ++j) {
-      if (values[j] == values[i]) {
-        throw UsageError(option + ": " + text(values[i]) + " is listed twice; list each value once");
-      }
-    }
-  }
-}
-
-std::string level_set_text(const std::vector<std::string>& set) {
-  std::string text;
-  for (const auto& l : set) text += (text.empty() ? "" : "+") + l;
-  return text;
-}
-
-bool decide_standardize(const std::string& text, HeadType type) {
-  if (text == "on") return true;
-  if (text == "off") return false;
-  if (text == "auto") return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle;
-  throw UsageError("--standardize: expected auto, on or off, got \"" + text + "\"");
-}
-
 // One head of the grid on one level set, shapes from `cache`: build_grid trains it,
 // preflight_probe only validates it (with `outputs` 0). `out_size` is the mask's {h, w}.
-HeadConfig configure_head(HeadType type, ProbeTask task, const std::vector<std::string>& level_set,
-                          const CacheFileReader& cache, std::vector<std::int64_t> out_size,
-                          std::vector<std::int64_t> hidden, std::int64_t outputs, const ProbeOptions& options) {
+HeadConfig configure_head(HeadType type, const std::vector<std::string>& level_set, const CacheFileReader& cache,
+                          std::vector<std::int64_t> out_size, std::int64_t outputs, const ProbePlan& plan) {
   HeadConfig config;
   config.type = type;
-  config.task = task;
+  config.task = plan.task;
   for (const auto& name : level_set) {
     const LevelSpec& level = find_level(cache, name);
     config.levels.push_back(level.name);
@@ -121,11 +78,11 @@ HeadConfig configure_head(HeadType type, ProbeTask task, const std::vector<std::
   }
   config.outputs = outputs;
   config.out_size = std::move(out_size);
-  config.hidden = std::move(hidden);
+  config.hidden = plan.hidden;
   if (type == HeadType::kMlp && config.hidden.empty()) config.hidden = {512};
-  config.dropout = options.dropout;
-  config.conv_blocks = options.conv_blocks;
-  config.standardize = decide_standardize(options.standardize, type);
+  config.dropout = plan.options.dropout;
+  config.conv_blocks = plan.options.conv_blocks;
+  config.standardize = plan.standardizes(type);
   config.validate();
   return config;
 }
@@ -213,10 +170,6 @@ struct ChannelStats {
   }
 };
 
-std::int64_t budget_bytes(const std::string& text, std::int64_t automatic, const std::string& what) {
-  return text == "auto" ? automatic : parse_bytes(text, what);
-}
-
 }  // namespace
 
 std::string history_csv(const nlohmann::json& metrics) {
@@ -234,85 +187,17 @@ std::string history_csv(const nlohmann::json& metrics) {
   return csv.str();
 }
 
-void preflight_probe(const ProbeOptions& options) {
-  check_probe_options(options);
+void preflight_probe(const ProbePlan& plan) {
   std::vector<std::unique_ptr<CacheFileReader>> caches;
-  for (const auto& path : options.caches) caches.push_back(std::make_unique<CacheFileReader>(path));
+  for (const auto& path : plan.options.caches) caches.push_back(std::make_unique<CacheFileReader>(path));
   if (caches.empty()) throw UsageError("--cache: at least one cache is needed");
-  const ProbeTask task = parse_task(options.task);
-  check_caches_for_task(caches, task);
-  // Each head of the grid on each level set, as build_grid will configure it: shapes come from
+  check_caches_for_task(caches, plan.task);
+  // Each head of the grid on its level set, as build_grid will configure it: shapes come from
   // the cache, so a conv head on a vector level fails here rather than mid-study.
   const CacheFileReader& first = *caches.front();
-  const bool pixel_values = task == ProbeTask::kPixelRegression && first.label_kinds().has_pixel_value;
+  const bool pixel_values = plan.task == ProbeTask::kPixelRegression && first.label_kinds().has_pixel_value;
   const auto out_size = pixel_values ? first.pixel_value_shape() : first.mask_shape();  // as ProbeData
-  const auto hidden = options.hidden.empty() ? std::vector<std::int64_t>{} : parse_int_list(options.hidden, "--hidden");
-  for (const auto& head : split_list(options.head, "--head")) {
-    for (const auto& set : parse_level_sets(options.levels)) {
-      configure_head(parse_head(head), task, set, first, out_size, hidden, /*outputs=*/0, options);
-    }
-  }
-}
-
-void check_probe_options(const ProbeOptions& options) {
-  // The run directory is created at the end (an interrupted run leaves none); a path that can
-  // never be one must not cost the whole training.
-  if (!options.out.empty()) {
-    std::error_code ec;
-    std::filesystem::path existing = std::filesystem::absolute(options.out, ec);
-    while (!existing.empty() && !std::filesystem::exists(existing, ec) && existing != existing.parent_path()) {
-      existing = existing.parent_path();
-    }
-    if (std::filesystem::exists(existing, ec) && !std::filesystem::is_directory(existing, ec)) {
-      throw UsageError("--out " + options.out + ": " + existing.string() + " is a file; name a directory for "
-                       "the run (metrics.json, history.csv, head.pt)");
-    }
-  }
-  const ProbeTask task = parse_task(options.task);
-  parse_optimizer(options.optimizer);
-  parse_schedule(options.schedule);
-  if (options.epochs < 1) throw UsageError("--epochs: expected at least 1");
-  if (options.batch_size < 1) throw UsageError("--batch-size: expected at least 1");
-  if (options.patience < 0) throw UsageError("--patience: expected 0 (off) or more epochs");
-  if (options.label_smoothing < 0 || options.label_smoothing >= 1) throw UsageError("--label-smoothing: expected [0, 1)");
-  if (options.dropout < 0 || options.dropout >= 1) throw UsageError("--dropout: expected a probability in [0, 1)");
-  if (options.warmup_epochs < 0) throw UsageError("--warmup-epochs: expected 0 or more");
-  if (options.warmup_epochs > 0 && options.warmup_epochs >= double(options.epochs)) {
-    throw UsageError("--warmup-epochs: " + format_number(options.warmup_epochs) + " is not shorter than --epochs " +
-                     std::to_string(options.epochs) + ", so the learning rate would never reach --lr; "
-                     "warm up for fewer epochs or train for more");
-  }
-  if (options.bootstrap < 0) throw UsageError("--bootstrap: expected 0 (off) or a number of resamples");
-  for (double lr : parse_double_list(options.lr, "--lr")) {
-    if (lr <= 0) throw UsageError("--lr: learning rates must be positive");
-  }
-  for (double wd : parse_double_list(options.weight_decay, "--weight-decay")) {
-    if (wd < 0) throw UsageError("--weight-decay: must be 0 or more");
-  }
-  if (!options.hidden.empty()) parse_int_list(options.hidden, "--hidden");
-  if (options.tier != "auto" && options.tier != "gpu" && options.tier != "host" && options.tier != "stream") {
-    throw UsageError("--tier: expected auto, gpu, host or stream, got \"" + options.tier + "\"");
-  }
-  if (options.tier == "gpu" && !resolve_device(options.device).is_cuda()) {
-    throw UsageError("--tier: gpu needs a CUDA --device");
-  }
-  for (const auto* budget : {&options.gpu_memory_budget, &options.host_memory_budget}) {
-    if (*budget != "auto") parse_bytes(*budget, budget == &options.gpu_memory_budget ? "--gpu-memory-budget" : "--host-memory-budget");
-  }
-  decide_standardize(options.standardize, HeadType::kLinear);
-  const auto level_sets = parse_level_sets(options.levels);
-  refuse_repeats(level_sets, "--levels", level_set_text);
-  for (const auto& set : level_sets) {
-    refuse_repeats(set, "--levels " + level_set_text(set), [](const std::string& l) { return "level " + l; });
-  }
-  refuse_repeats(parse_double_list(options.lr, "--lr"), "--lr", format_number);
-  refuse_repeats(parse_double_list(options.weight_decay, "--weight-decay"), "--weight-decay", format_number);
-  std::vector<HeadType> types;
-  for (const auto& h : split_list(options.head, "--head")) types.push_back(parse_head(h));
-  refuse_repeats(types, "--head", [](HeadType t) { return std::string(head_name(t)); });
-  for (HeadType type : types) {
-    for (const auto& set : level_sets) check_head_levels(type, task, set.size(), level_set_text(set));
-  }
+  for (const auto& c : plan.grid) configure_head(c.head, c.levels, first, out_size, /*outputs=*/0, plan);
 }
 
 namespace {
@@ -321,7 +206,8 @@ namespace {
 // training with validation, test, outputs. Each step reads what the previous ones set.
 class Trainer {
  public:
-  Trainer(const ProbeOptions& options, const ProbeHooks& hooks) : options(options), hooks(hooks) {}
+  Trainer(const ProbePlan& plan, const ProbeHooks& hooks)
+      : plan(plan), options(plan.options), hooks(hooks), task(plan.task), device(plan.device) {}
 
   ProbeResult run() {
     parse();
@@ -339,16 +225,7 @@ class Trainer {
     // The plain interpreter: same numbers on every call (no profiling-driven re-optimisation).
     torch::jit::setGraphExecutorOptimize(false);
     if (options.out.empty()) throw UsageError("--out: required (the run directory to write)");
-    check_probe_options(options);
-    task = parse_task(options.task);
-    optimizer = parse_optimizer(options.optimizer);
-    schedule = parse_schedule(options.schedule);
-    for (const auto& h : split_list(options.head, "--head")) head_types.push_back(parse_head(h));
-    level_sets = parse_level_sets(options.levels);
-    lrs = parse_double_list(options.lr, "--lr");
-    decays = parse_double_list(options.weight_decay, "--weight-decay");
-    if (!options.hidden.empty()) hidden = parse_int_list(options.hidden, "--hidden");
-    device = resolve_device(options.device);
+    if (plan.grid.empty()) throw std::logic_error("train-probe: a plan without combinations");
     if (options.threads > 0) at::set_num_threads(options.threads);
 
     data_ = std::make_unique<ProbeData>(options, task);
@@ -356,24 +233,22 @@ class Trainer {
     for (const auto& warning : data_->warnings()) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
   }
 
-  void build_grid() {
+  // One head configuration per distinct (head, level set) of the grid, in the grid's order.
+  std::vector<HeadConfig> configure_grid(std::vector<std::size_t>& config_of) {
     ProbeData& data = *data_;
-    // The grid, grouped into banks: heads of one architecture share a bank when they can.
-    std::map<std::string, bool> level_pooled;  // pooled only while every head reading it pools
     std::vector<HeadConfig> configs;
-    std::vector<std::string> configs_requested;  // each config's level set as written
-    for (HeadType type : head_types) {
-      for (const auto& set : level_sets) {
-        std::string requested;
-        for (const auto& l : set) requested += (requested.empty() ? "" : "+") + l;
-        configs_requested.push_back(requested);
-        const HeadConfig config = configure_head(type, task, set, *data.caches().front(), data.mask_shape(), hidden,
-                                                 data.num_outputs(), options);
-        for (const auto& name : config.levels) {
-          auto it = level_pooled.find(name);
-          level_pooled[name] = (it == level_pooled.end() ? true : it->second) && config.pooled_input();
-        }
-        configs.push_back(config);
+    std::vector<std::string> keys;
+    std::map<std::string, bool> level_pooled;  // pooled only while every head reading it pools
+    for (const auto& c : plan.grid) {
+      const std::string key = std::string(head_name(c.head)) + "|" + c.levels_text();
+      const auto found = std::find(keys.begin(), keys.end(), key);
+      config_of.push_back(std::size_t(found - keys.begin()));
+      if (found != keys.end()) continue;
+      keys.push_back(key);
+      configs.push_back(configure_head(c.head, c.levels, *data.caches().front(), data.mask_shape(), data.num_outputs(), plan));
+      for (const auto& name : configs.back().levels) {
+        auto it = level_pooled.find(name);
+        level_pooled[name] = (it == level_pooled.end() ? true : it->second) && configs.back().pooled_input();
       }
     }
     for (const auto& [name, pooled] : level_pooled) {
@@ -381,31 +256,39 @@ class Trainer {
       columns.push_back(level_column(data, data.level(name), pooled));
     }
     if (is_dense(task)) columns.push_back(mask_column(data));
+    return configs;
+  }
 
-    for (std::size_t ci = 0; ci < configs.size(); ++ci) {
-      const HeadConfig& config = configs[ci];
-      auto add_bank = [&](std::int64_t members) {
-        Bank bank{HeadBank(config, members, options.seed, device), {}, {}, nullptr};
+  // The grid, grouped into banks: the combinations of one bankable configuration share a bank;
+  // the others get one each. Combination i is plan.grid[i].
+  void build_grid() {
+    std::vector<std::size_t> config_of;
+    const std::vector<HeadConfig> configs = configure_grid(config_of);
+    std::vector<std::int64_t> members(configs.size(), 0);
+    for (std::size_t k : config_of) ++members[k];
+    constexpr std::size_t kNoBank = std::numeric_limits<std::size_t>::max();
+    std::vector<std::size_t> bank_of(configs.size(), kNoBank);  // a bankable configuration's bank
+    for (std::size_t i = 0; i < plan.grid.size(); ++i) {
+      const HeadConfig& config = configs[config_of[i]];
+      const bool shared = config.bankable();
+      if (!shared || bank_of[config_of[i]] == kNoBank) {
+        Bank bank{HeadBank(config, shared ? members[config_of[i]] : 1, options.seed, device), {}, {}, nullptr};
         for (const auto& name : config.levels) bank.inputs.push_back(column_of.at(name));
         banks.push_back(std::move(bank));
-      };
-      if (config.bankable()) add_bank(std::int64_t(lrs.size() * decays.size()));
-      for (double lr : lrs) {
-        for (double wd : decays) {
-          if (!config.bankable()) add_bank(1);
-          Combination c;
-          c.head = config;
-          c.levels_requested = configs_requested[ci];
-          c.lr = lr;
-          c.weight_decay = wd;
-          c.bank = banks.size() - 1;
-          c.member = std::int64_t(banks.back().combos.size());
-          c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() + " lr=" + format_number(lr) +
-                 " wd=" + format_number(wd);
-          banks.back().combos.push_back(combos.size());
-          combos.push_back(std::move(c));
-        }
+        if (shared) bank_of[config_of[i]] = banks.size() - 1;
       }
+      const std::size_t b = shared ? bank_of[config_of[i]] : banks.size() - 1;
+      Combination c;
+      c.head = config;
+      c.levels_requested = plan.grid[i].levels_text();
+      c.lr = plan.grid[i].lr;
+      c.weight_decay = plan.grid[i].weight_decay;
+      c.bank = b;
+      c.member = std::int64_t(banks[b].combos.size());
+      c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() + " lr=" + format_number(c.lr) +
+             " wd=" + format_number(c.weight_decay);
+      banks[b].combos.push_back(combos.size());
+      combos.push_back(std::move(c));
     }
     for (auto& bank : banks) {
       std::vector<double> lr, wd;
@@ -413,63 +296,31 @@ class Trainer {
         lr.push_back(combos[ci].lr);
         wd.push_back(combos[ci].weight_decay);
       }
-      bank.optimizer = std::make_unique<BankOptimizer>(optimizer, bank.heads.parameters(), lr, wd);
+      bank.optimizer = std::make_unique<BankOptimizer>(plan.optimizer, bank.heads.parameters(), lr, wd);
     }
   }
 
   void choose_tier() {
     ProbeData& data = *data_;
-    // Which tier holds the features.
-    row_bytes = resident_row_bytes(columns);
-    total_rows = data.train().size() + data.val().size() + data.test().size();
-    needed = row_bytes * total_rows;
-    host_budget = budget_bytes(options.host_memory_budget, available_host_bytes() / 2, "--host-memory-budget");
-    gpu_budget = 0;
+    TierInputs in;
+    in.request = plan.tier;
+    in.cuda = device.is_cuda();
+    in.row_bytes = resident_row_bytes(columns);
+    in.rows = data.train().size() + data.val().size() + data.test().size();
+    in.val_rows = data.val().size();
+    in.batch_size = options.batch_size;
+    in.host_budget = plan.host_budget.value_or(available_host_bytes() / 2);
     if (device.is_cuda()) {
       const std::int64_t free = free_gpu_bytes(device.index() < 0 ? 0 : device.index());
-      gpu_budget = budget_bytes(options.gpu_memory_budget, free > 0 ? free / 2 : 0, "--gpu-memory-budget");
+      in.gpu_budget = plan.gpu_budget.value_or(free > 0 ? free / 2 : 0);
     }
-    if (options.tier == "gpu" || (options.tier == "auto" && device.is_cuda() && needed <= gpu_budget)) {
-      tier = FeedTier::kGpu;
-      if (needed > gpu_budget) {
-        throw UsageError("--tier gpu: the features need " + format_bytes(double(needed)) + " but --gpu-memory-budget is " +
-                         format_bytes(double(gpu_budget)) + "; raise the budget or use --tier auto");
-      }
-    } else if (options.tier == "host" || (options.tier == "auto" && needed <= host_budget)) {
-      tier = FeedTier::kHost;
-      if (needed > host_budget) {
-        throw UsageError("--tier host: the features need " + format_bytes(double(needed)) + " but --host-memory-budget is " +
-                         format_bytes(double(host_budget)) + "; raise the budget or use --tier auto (streams from disk)");
-      }
-    } else {
-      tier = FeedTier::kStream;
-    }
-    val_tier = tier;  // unless streaming keeps val in memory (below)
-    // Stream: a third of the host budget is the shuffle buffer; while it refills, the blocks read
-    // and the buffer briefly coexist, and the rest covers queued batches.
-    buffer_bytes = host_budget / 3;
-    if (tier == FeedTier::kStream) {
-      const std::int64_t batch_bytes = row_bytes * options.batch_size * 8;
-      if (batch_bytes > host_budget) {
-        // Small data: holding it all takes less than streaming it would.
-        const std::string advice = options.tier == "auto" && needed < batch_bytes
-                                       ? "raise the budget to " + format_bytes(double(needed)) +
-                                             " (the features then stay in memory) or lower --batch-size"
-                                       : "raise the budget or lower --batch-size";
-        throw UsageError("--host-memory-budget " + format_bytes(double(host_budget)) + " is exhausted: streaming needs about " +
-                         format_bytes(double(batch_bytes)) + " for a few batches of " + std::to_string(options.batch_size) +
-                         " rows; " + advice);
-      }
-      // Validation runs every epoch, and its rows usually share blocks with train rows (a
-      // --val-fraction carve, interleaved windows): streamed, it would read most of the cache
-      // again each epoch. Held in memory when it takes at most a third of the budget; the
-      // stream shares the rest.
-      const std::int64_t val_bytes = row_bytes * data.val().size();
-      if (val_bytes <= host_budget / 3 && batch_bytes <= host_budget - val_bytes) {
-        val_tier = FeedTier::kHost;
-        buffer_bytes = (host_budget - val_bytes) / 3;
-      }
-    }
+    const TierChoice choice = embcache::choose_tier(in);
+    tier = choice.tier;
+    val_tier = choice.val_tier;
+    needed = choice.needed;
+    host_budget = in.host_budget;
+    gpu_budget = in.gpu_budget;
+    buffer_bytes = choice.buffer_bytes;
     const auto t_load = Clock::now();
     train_feed = std::make_unique<FeatureFeed>(data, 0, columns, tier, device, options.batch_size, buffer_bytes);
     val_feed = std::make_unique<FeatureFeed>(data, 1, columns, val_tier, device, options.batch_size, buffer_bytes);
@@ -534,7 +385,7 @@ class Trainer {
       train_feed->start(true, options.seed * 1000003ull + std::uint64_t(epoch));
       while (auto batch = train_feed->next()) {
         if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
-        const double factor = schedule_factor(schedule, step, total_steps, warmup_steps);
+        const double factor = schedule_factor(plan.schedule, step, total_steps, warmup_steps);
         const std::int64_t b = batch->ids.size(0);
         for (std::size_t i = 0; i < banks.size(); ++i) {
           Bank& bank = banks[i];
@@ -599,7 +450,7 @@ class Trainer {
           nlohmann::json row = {{"epoch", epoch}, {"combination", c.id}, {"head", head_name(c.head.type)},
                                 {"levels", c.head.levels_text()}, {"lr_base", c.lr}, {"weight_decay", c.weight_decay},
                                 {"train_loss", loss},
-                                {"lr", c.lr * schedule_factor(schedule, std::max<std::int64_t>(0, step - 1), total_steps, warmup_steps)},
+                                {"lr", c.lr * schedule_factor(plan.schedule, std::max<std::int64_t>(0, step - 1), total_steps, warmup_steps)},
                                 {"seconds", epoch_seconds}};
           nlohmann::json scalars = nlohmann::json::object();
           for (const auto& [k, v] : metrics.items()) {
@@ -719,6 +570,7 @@ class Trainer {
       for (std::size_t i = 0; i < combos.size(); ++i) {
         const Combination& c = combos[i];
         CombinationOutcome outcome;
+        outcome.index = i;
         outcome.id = c.id;
         outcome.head = head_name(c.head.type);
         outcome.levels = c.head.levels;
@@ -758,18 +610,13 @@ class Trainer {
     return {j, line.str()};
   }
 
-  const ProbeOptions& options;
+  const ProbePlan& plan;
+  const ProbeOptions& options;  // plan.options: its numbers, paths and split names
   const ProbeHooks& hooks;
   std::vector<std::string> warnings_;  // of the training itself (diverged combinations)
   Clock::time_point t_start;
-  ProbeTask task = ProbeTask::kClassification;
-  OptimizerKind optimizer = OptimizerKind::kAdamW;
-  Schedule schedule = Schedule::kCosine;
-  std::vector<HeadType> head_types;
-  std::vector<std::vector<std::string>> level_sets;
-  std::vector<double> lrs, decays;
-  std::vector<std::int64_t> hidden;
-  c10::Device device{c10::kCPU};
+  const ProbeTask task;
+  const c10::Device device;
   std::unique_ptr<ProbeData> data_;
   // The grid.
   std::vector<Combination> combos;
@@ -777,7 +624,7 @@ class Trainer {
   std::vector<FeedColumn> columns;
   std::map<std::string, std::size_t> column_of;
   // The data tier.
-  std::int64_t row_bytes = 0, total_rows = 0, needed = 0, host_budget = 0, gpu_budget = 0, buffer_bytes = 0;
+  std::int64_t needed = 0, host_budget = 0, gpu_budget = 0, buffer_bytes = 0;
   FeedTier tier = FeedTier::kHost;
   FeedTier val_tier = FeedTier::kHost;  // the tier, or host when streaming keeps val in memory
   std::unique_ptr<FeatureFeed> train_feed, val_feed, test_feed;
@@ -793,8 +640,6 @@ class Trainer {
 
 }  // namespace
 
-ProbeResult train_probe(const ProbeOptions& options, const ProbeHooks& hooks) {
-  return Trainer(options, hooks).run();
-}
+ProbeResult train_probe(const ProbePlan& plan, const ProbeHooks& hooks) { return Trainer(plan, hooks).run(); }
 
 }  // namespace embcache

@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "embcache/probe/probe_options.hpp"
+#include "embcache/probe/probe_plan.hpp"
 
 namespace embcache {
 
@@ -18,6 +18,7 @@ struct ProbeResult {
 
 // One combination of a finished run, handed to ProbeHooks::on_combination.
 struct CombinationOutcome {
+  std::size_t index = 0;            // into the plan's grid
   std::string id;                   // "linear levels=2 lr=0.001 wd=0"
   std::string head;
   std::vector<std::string> levels;  // cache level names
@@ -37,18 +38,15 @@ struct ProbeHooks {
   std::function<void(const CombinationOutcome&)> on_combination;
 };
 
-// Checks what can be checked without opening the caches (names, ranges, head/task/levels
-// combinations); UsageError with one line. train_probe runs it first.
-void check_probe_options(const ProbeOptions& options);
-// check_probe_options, then what train_probe checks of the caches before it reads a row: they
-// exist and agree, carry the task's labels, and hold every level of --levels.
-void preflight_probe(const ProbeOptions& options);
+// What train_probe checks of the caches before it reads a row: they exist and agree, carry the
+// task's labels, and hold every level of the grid, in a shape its head can read.
+void preflight_probe(const ProbePlan& plan);
 
 // RUN_DIR/history.csv from a metrics.json object: one row per epoch and combination.
 std::string history_csv(const nlohmann::json& metrics);
 
 // Writes RUN_DIR/metrics.json, history.csv and head.pt. Throws UsageError/InputError/IoError
 // with one line; Interrupted after Ctrl-C (nothing is written then).
-ProbeResult train_probe(const ProbeOptions& options, const ProbeHooks& hooks = {});
+ProbeResult train_probe(const ProbePlan& plan, const ProbeHooks& hooks = {});
 
 }  // namespace embcache

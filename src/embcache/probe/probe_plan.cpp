@@ -1,0 +1,180 @@
+#include "embcache/probe/probe_plan.hpp"
+
+#include <algorithm>
+#include <filesystem>
+
+#include "embcache/core/device.hpp"
+#include "embcache/core/error.hpp"
+#include "embcache/core/parse.hpp"
+
+namespace embcache {
+namespace {
+
+std::vector<std::vector<std::string>> parse_level_sets(const std::string& text) {
+  if (text.empty()) throw UsageError("--levels: required (a level name or index, e.g. --levels 0, or 1+2 for fpn)");
+  std::vector<std::vector<std::string>> sets;
+  for (const auto& item : split_list(text, "--levels")) {
+    std::vector<std::string> set;
+    std::size_t start = 0;
+    while (true) {
+      const auto plus = item.find('+', start);
+      const std::string name = item.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
+      if (name.empty()) throw UsageError("--levels: empty level name in \"" + item + "\"");
+      set.push_back(name);
+      if (plus == std::string::npos) break;
+      start = plus + 1;
+    }
+    sets.push_back(set);
+  }
+  return sets;
+}
+
+std::string level_set_text(const std::vector<std::string>& set) {
+  std::string text;
+  for (const auto& l : set) text += (text.empty() ? "" : "+") + l;
+  return text;
+}
+
+// A value listed twice in a grid list would train the same heads twice and report them twice.
+template <typename T, typename Text>
+void refuse_repeats(const std::vector<T>& values, const std::string& option, Text text) {
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    for (std::size_t j = 0; j < i; ++j) {
+      if (values[j] == values[i]) {
+        throw UsageError(option + ": " + text(values[i]) + " is listed twice; list each value once");
+      }
+    }
+  }
+}
+
+// The run directory is created at the end (an interrupted run leaves none); a path that can
+// never be one must not cost the whole training.
+void check_out(const std::string& out) {
+  if (out.empty()) return;
+  std::error_code ec;
+  std::filesystem::path existing = std::filesystem::absolute(out, ec);
+  while (!existing.empty() && !std::filesystem::exists(existing, ec) && existing != existing.parent_path()) {
+    existing = existing.parent_path();
+  }
+  if (std::filesystem::exists(existing, ec) && !std::filesystem::is_directory(existing, ec)) {
+    throw UsageError("--out " + out + ": " + existing.string() + " is a file; name a directory for "
+                     "the run (metrics.json, history.csv, head.pt)");
+  }
+}
+
+void check_training(const ProbeOptions& o) {
+  if (o.epochs < 1) throw UsageError("--epochs: expected at least 1");
+  if (o.batch_size < 1) throw UsageError("--batch-size: expected at least 1");
+  if (o.patience < 0) throw UsageError("--patience: expected 0 (off) or more epochs");
+  if (o.label_smoothing < 0 || o.label_smoothing >= 1) throw UsageError("--label-smoothing: expected [0, 1)");
+  if (o.dropout < 0 || o.dropout >= 1) throw UsageError("--dropout: expected a probability in [0, 1)");
+  if (o.warmup_epochs < 0) throw UsageError("--warmup-epochs: expected 0 or more");
+  if (o.warmup_epochs > 0 && o.warmup_epochs >= double(o.epochs)) {
+    throw UsageError("--warmup-epochs: " + format_number(o.warmup_epochs) + " is not shorter than --epochs " +
+                     std::to_string(o.epochs) + ", so the learning rate would never reach --lr; "
+                     "warm up for fewer epochs or train for more");
+  }
+  if (o.bootstrap < 0) throw UsageError("--bootstrap: expected 0 (off) or a number of resamples");
+}
+
+// Device, tier and memory budgets.
+void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
+  const std::pair<const char*, TierRequest> tiers[] = {
+      {"auto", TierRequest::kAuto}, {"gpu", TierRequest::kGpu}, {"host", TierRequest::kHost}, {"stream", TierRequest::kStream}};
+  bool known = false;
+  for (const auto& [name, tier] : tiers) {
+    if (o.tier == name) plan.tier = tier, known = true;
+  }
+  if (!known) throw UsageError("--tier: expected auto, gpu, host or stream, got \"" + o.tier + "\"");
+  plan.device = resolve_device(o.device);
+  if (plan.tier == TierRequest::kGpu && !plan.device.is_cuda()) throw UsageError("--tier: gpu needs a CUDA --device");
+  if (o.gpu_memory_budget != "auto") plan.gpu_budget = parse_bytes(o.gpu_memory_budget, "--gpu-memory-budget");
+  if (o.host_memory_budget != "auto") plan.host_budget = parse_bytes(o.host_memory_budget, "--host-memory-budget");
+  if (o.standardize == "on") plan.standardize = StandardizeMode::kOn;
+  else if (o.standardize == "off") plan.standardize = StandardizeMode::kOff;
+  else if (o.standardize != "auto") throw UsageError("--standardize: expected auto, on or off, got \"" + o.standardize + "\"");
+}
+
+// --head x --levels x --lr x --weight-decay, each list free of repeats and each head able to
+// read each level set.
+void plan_grid(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>& lrs, const std::vector<double>& decays) {
+  const auto level_sets = parse_level_sets(o.levels);
+  refuse_repeats(level_sets, "--levels", level_set_text);
+  for (const auto& set : level_sets) {
+    refuse_repeats(set, "--levels " + level_set_text(set), [](const std::string& l) { return "level " + l; });
+  }
+  refuse_repeats(lrs, "--lr", format_number);
+  refuse_repeats(decays, "--weight-decay", format_number);
+  std::vector<HeadType> heads;
+  for (const auto& h : split_list(o.head, "--head")) heads.push_back(parse_head(h));
+  refuse_repeats(heads, "--head", [](HeadType t) { return std::string(head_name(t)); });
+  for (HeadType head : heads) {
+    for (const auto& set : level_sets) check_head_levels(head, plan.task, set.size(), level_set_text(set));
+  }
+  for (HeadType head : heads) {
+    for (const auto& set : level_sets) {
+      for (double lr : lrs) {
+        for (double wd : decays) plan.grid.push_back(ProbeCombination{head, set, lr, wd});
+      }
+    }
+  }
+}
+
+template <typename Text>
+std::string distinct_text(const std::vector<ProbeCombination>& grid, Text text) {
+  std::vector<std::string> seen;
+  std::string out;
+  for (const auto& c : grid) {
+    const std::string t = text(c);
+    if (std::find(seen.begin(), seen.end(), t) != seen.end()) continue;
+    seen.push_back(t);
+    out += (out.empty() ? "" : ",") + t;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string ProbeCombination::levels_text() const { return level_set_text(levels); }
+
+bool ProbePlan::standardizes(HeadType type) const {
+  if (standardize != StandardizeMode::kAuto) return standardize == StandardizeMode::kOn;
+  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle;
+}
+
+ProbePlan plan_probe(const ProbeOptions& options) {
+  check_out(options.out);
+  ProbePlan plan;
+  plan.options = options;
+  plan.task = parse_task(options.task);
+  plan.optimizer = parse_optimizer(options.optimizer);
+  plan.schedule = parse_schedule(options.schedule);
+  check_training(options);
+  const std::vector<double> lrs = parse_double_list(options.lr, "--lr");
+  for (double lr : lrs) {
+    if (lr <= 0) throw UsageError("--lr: learning rates must be positive");
+  }
+  const std::vector<double> decays = parse_double_list(options.weight_decay, "--weight-decay");
+  for (double wd : decays) {
+    if (wd < 0) throw UsageError("--weight-decay: must be 0 or more");
+  }
+  if (!options.hidden.empty()) plan.hidden = parse_int_list(options.hidden, "--hidden");
+  plan_placement(options, plan);
+  plan_grid(options, plan, lrs, decays);
+  return plan;
+}
+
+std::string grid_heads_text(const std::vector<ProbeCombination>& grid) {
+  return distinct_text(grid, [](const ProbeCombination& c) { return std::string(head_name(c.head)); });
+}
+std::string grid_levels_text(const std::vector<ProbeCombination>& grid) {
+  return distinct_text(grid, [](const ProbeCombination& c) { return c.levels_text(); });
+}
+std::string grid_lrs_text(const std::vector<ProbeCombination>& grid) {
+  return distinct_text(grid, [](const ProbeCombination& c) { return exact_number_text(c.lr); });
+}
+std::string grid_weight_decays_text(const std::vector<ProbeCombination>& grid) {
+  return distinct_text(grid, [](const ProbeCombination& c) { return exact_number_text(c.weight_decay); });
+}
+
+}  // namespace embcache

@@ -1,0 +1,60 @@
+// The typed plan of one train-probe pass: ProbeOptions checked and resolved once (task, heads,
+// optimizer, device, tier and budgets as values) and the grid as an explicit list of
+// combinations, which the trainer trains in one pass and reports on by index. Built by the CLI
+// (the cartesian grid of its lists) and by studies (the runs a pass fuses).
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "embcache/probe/heads.hpp"
+#include "embcache/probe/optimizer.hpp"
+#include "embcache/probe/probe_options.hpp"
+
+namespace embcache {
+
+// One point of a grid: a head over a level set, with a learning rate and a weight decay.
+struct ProbeCombination {
+  HeadType head = HeadType::kLinear;
+  std::vector<std::string> levels;  // level names or indices as written; one head reads them all
+  double lr = 1e-3, weight_decay = 0;
+  std::string levels_text() const;  // "2" or "1+2", as --levels writes the set
+};
+
+enum class TierRequest { kAuto, kGpu, kHost, kStream };
+enum class StandardizeMode { kAuto, kOn, kOff };
+
+struct ProbePlan {
+  // As given. Below the plan only its numbers, paths and split names are read; its list and
+  // enum texts (head, levels, lr, weight decay, task, optimizer, ...) are the typed fields here.
+  ProbeOptions options;
+  ProbeTask task = ProbeTask::kClassification;
+  std::vector<ProbeCombination> grid;
+  std::vector<std::int64_t> hidden;  // empty: the head's default
+  OptimizerKind optimizer = OptimizerKind::kAdamW;
+  Schedule schedule = Schedule::kCosine;
+  c10::Device device{c10::kCPU};
+  TierRequest tier = TierRequest::kAuto;
+  std::optional<std::int64_t> gpu_budget, host_budget;  // bytes; nullopt: auto
+  StandardizeMode standardize = StandardizeMode::kAuto;
+
+  // Whether heads of `type` get per-channel standardisation (auto: linear, mlp, pixel-shuffle).
+  bool standardizes(HeadType type) const;
+};
+
+// Every check that needs no cache (names, ranges, head/task/levels combinations, values listed
+// twice); UsageError with one line naming the option. The grid is the cartesian product of
+// --head, --levels, --lr and --weight-decay, in that order.
+ProbePlan plan_probe(const ProbeOptions& options);
+
+// The distinct values of one grid field, as a person writes them: "linear,mlp", "0.001,0.01".
+std::string grid_heads_text(const std::vector<ProbeCombination>& grid);
+std::string grid_levels_text(const std::vector<ProbeCombination>& grid);
+std::string grid_lrs_text(const std::vector<ProbeCombination>& grid);
+std::string grid_weight_decays_text(const std::vector<ProbeCombination>& grid);
+
+}  // namespace embcache

@@ -1,0 +1,147 @@
+// The probe plan (options parsed once into a typed grid) and the tier choice, alone.
+#include "doctest_torch.hpp"
+
+#include <string>
+
+#include "embcache/core/error.hpp"
+#include "embcache/probe/probe_plan.hpp"
+#include "embcache/probe/tier_choice.hpp"
+
+using namespace embcache;
+
+namespace {
+
+ProbeOptions grid_options() {
+  ProbeOptions o;
+  o.caches = {"c.h5"};
+  o.task = "classification";
+  o.head = "linear,mlp";
+  o.levels = "2,1+3";
+  o.lr = "1e-3,1e-2";
+  o.weight_decay = "0,0.05";
+  o.device = "cpu";
+  return o;
+}
+
+std::string usage_error(const ProbeOptions& o) {
+  try {
+    plan_probe(o);
+  } catch (const UsageError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+constexpr std::int64_t kMiB = std::int64_t(1) << 20;
+
+}  // namespace
+
+TEST_SUITE("probe") {
+
+TEST_CASE("plan_probe: the grid is heads x level sets x lrs x weight decays, in that order, as numbers") {
+  const ProbePlan plan = plan_probe(grid_options());
+  REQUIRE(plan.grid.size() == 2 * 2 * 2 * 2);
+  REQUIRE((plan.grid[0].head == HeadType::kLinear));
+  REQUIRE(plan.grid[0].levels == std::vector<std::string>{"2"});
+  REQUIRE(plan.grid[0].lr == 1e-3);
+  REQUIRE(plan.grid[0].weight_decay == 0.0);
+  REQUIRE(plan.grid[1].weight_decay == 0.05);
+  REQUIRE(plan.grid[2].lr == 1e-2);
+  REQUIRE(plan.grid[4].levels == std::vector<std::string>{"1", "3"});
+  REQUIRE(plan.grid[4].levels_text() == "1+3");
+  REQUIRE((plan.grid[8].head == HeadType::kMlp));
+  REQUIRE(grid_heads_text(plan.grid) == "linear,mlp");
+  REQUIRE(grid_levels_text(plan.grid) == "2,1+3");
+  REQUIRE(grid_lrs_text(plan.grid) == "0.001,0.01");
+  REQUIRE(grid_weight_decays_text(plan.grid) == "0,0.05");
+  REQUIRE((plan.tier == TierRequest::kAuto));
+  REQUIRE_FALSE(plan.host_budget.has_value());
+  REQUIRE(plan.device == c10::Device(c10::kCPU));
+  // A learning rate keeps every digit.
+  ProbeOptions precise = grid_options();
+  precise.lr = "0.0012345678901";
+  REQUIRE(plan_probe(precise).grid[0].lr == 0.0012345678901);
+}
+
+TEST_CASE("plan_probe: each bad value is one UsageError naming its option") {
+  auto with = [](auto change) {
+    ProbeOptions o = grid_options();
+    change(o);
+    return usage_error(o);
+  };
+  REQUIRE(with([](ProbeOptions& o) { o.lr = "1e-3,fast"; }).rfind("--lr: expected a number", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.lr = "1e-3,0.001"; }).rfind("--lr: 0.001 is listed twice", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.lr = "-1"; }).rfind("--lr: learning rates must be positive", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.head = "linear,linear"; }).rfind("--head: linear is listed twice", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.levels = "1+1"; }).rfind("--levels 1+1: level 1 is listed twice", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.tier = "disk"; }).rfind("--tier: expected auto, gpu, host or stream", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.tier = "gpu"; }).rfind("--tier: gpu needs a CUDA --device", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.host_memory_budget = "lots"; }).rfind("--host-memory-budget:", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.standardize = "maybe"; }).rfind("--standardize:", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.epochs = 0; }).rfind("--epochs:", 0) == 0);
+  REQUIRE(with([](ProbeOptions& o) { o.task = "detection"; }).find("detection") != std::string::npos);
+  REQUIRE(with([](ProbeOptions& o) { o.levels = ""; }).rfind("--levels: required", 0) == 0);
+  ProbeOptions budgets = grid_options();
+  budgets.host_memory_budget = "512M";
+  REQUIRE(plan_probe(budgets).host_budget == 512 * kMiB);
+}
+
+TEST_CASE("plan_probe: standardisation follows the head under auto, the option otherwise") {
+  ProbeOptions o = grid_options();
+  const ProbePlan automatic = plan_probe(o);
+  REQUIRE(automatic.standardizes(HeadType::kLinear));
+  REQUIRE(automatic.standardizes(HeadType::kPixelShuffle));
+  REQUIRE_FALSE(automatic.standardizes(HeadType::kConv));
+  o.standardize = "on";
+  REQUIRE(plan_probe(o).standardizes(HeadType::kConv));
+  o.standardize = "off";
+  REQUIRE_FALSE(plan_probe(o).standardizes(HeadType::kLinear));
+}
+
+TEST_CASE("tier choice: GPU when the features fit its budget, else host, else a stream") {
+  TierInputs in;
+  in.row_bytes = kMiB;
+  in.rows = 100;
+  in.val_rows = 10;
+  in.batch_size = 4;
+  in.host_budget = 1000 * kMiB;
+  REQUIRE((choose_tier(in).tier == FeedTier::kHost));
+  REQUIRE(choose_tier(in).needed == 100 * kMiB);
+  in.cuda = true;
+  in.gpu_budget = 200 * kMiB;
+  REQUIRE((choose_tier(in).tier == FeedTier::kGpu));
+  in.gpu_budget = 50 * kMiB;
+  REQUIRE((choose_tier(in).tier == FeedTier::kHost));  // too large for the GPU budget
+  in.host_budget = 99 * kMiB;
+  const TierChoice streamed = choose_tier(in);
+  REQUIRE((streamed.tier == FeedTier::kStream));
+  // Validation (10 MiB) fits a third of the budget: it stays in memory, the buffer shares the rest.
+  REQUIRE((streamed.val_tier == FeedTier::kHost));
+  REQUIRE(streamed.buffer_bytes == (99 * kMiB - 10 * kMiB) / 3);
+  in.val_rows = 40;  // 40 MiB > a third of 99 MiB: streamed too, the buffer a third of the budget
+  REQUIRE((choose_tier(in).val_tier == FeedTier::kStream));
+  REQUIRE(choose_tier(in).buffer_bytes == 33 * kMiB);
+}
+
+TEST_CASE("tier choice: a budget that cannot hold what the request needs says what to raise") {
+  TierInputs in;
+  in.row_bytes = kMiB;
+  in.rows = 100;
+  in.batch_size = 4;
+  in.host_budget = 50 * kMiB;
+  in.request = TierRequest::kHost;
+  REQUIRE_THROWS_WITH_AS(choose_tier(in), doctest::Contains("--tier host: the features need 100.0 MiB"), UsageError);
+  in.request = TierRequest::kGpu;
+  in.cuda = true;
+  in.gpu_budget = 10 * kMiB;
+  REQUIRE_THROWS_WITH_AS(choose_tier(in), doctest::Contains("--tier gpu: the features need"), UsageError);
+  // Streaming needs a few batches in the budget; when holding everything would take less, say so.
+  in.request = TierRequest::kAuto;
+  in.cuda = false;
+  in.rows = 20;
+  in.batch_size = 4;
+  in.host_budget = 16 * kMiB;  // 20 MiB needed resident, 32 MiB to stream
+  REQUIRE_THROWS_WITH_AS(choose_tier(in), doctest::Contains("raise the budget to 20.0 MiB"), UsageError);
+}
+
+}  // TEST_SUITE

@@ -1,0 +1,121 @@
+// Study configs alone: grid expansion, validation messages, precision, and fusion into passes.
+#include "doctest_torch.hpp"
+
+#include <fstream>
+#include <string>
+
+#include "embcache/batch/pass_fusion.hpp"
+#include "embcache/batch/study_config.hpp"
+#include "embcache/core/error.hpp"
+#include "test_support.hpp"
+
+using namespace embcache;
+
+namespace {
+
+// A study directory with dummy encoder and dataset files (parsing checks only that they exist).
+struct StudyDir {
+  testing::TempDir dir;
+  StudyDir() {
+    std::ofstream(dir.file("enc.pt")) << "x";
+    std::ofstream(dir.file("data.h5")) << "x";
+  }
+  Study load(const std::string& probes, const std::string& precompute_extra = "") const {
+    const std::string path = dir.file("study.json");
+    std::ofstream(path) << R"({"version": 1, "output_dir": "out",
+      "precompute": [{"name": "enc", "encoder": "enc.pt", "dataset": "data.h5")" + precompute_extra + R"(}],
+      "probes": [)" + probes + "]}";
+    return load_study(path);
+  }
+  std::string problems(const std::string& probes) const {
+    try {
+      load(probes);
+    } catch (const InputError& e) {
+      return e.what();
+    }
+    return "";
+  }
+};
+
+bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+
+}  // namespace
+
+TEST_SUITE("batch") {
+
+TEST_CASE("a probe entry expands into one run per grid point, each with its typed combination") {
+  StudyDir d;
+  const Study study = d.load(R"({"name": "sweep", "cache": "enc", "task": "classification",
+                                 "levels": [[0], [1, 2]], "lr": [1e-3, 0.01], "weight_decay": 1e-4})");
+  REQUIRE(study.runs.size() == 4);
+  const char* names[] = {"sweep/levels=0,lr=0.001", "sweep/levels=0,lr=0.01", "sweep/levels=1+2,lr=0.001",
+                         "sweep/levels=1+2,lr=0.01"};
+  for (std::size_t i = 0; i < 4; ++i) {
+    const ProbeRun& run = study.runs[i];
+    REQUIRE(run.name == names[i]);
+    REQUIRE(run.id.size() == 12);
+    REQUIRE(run.plan.grid.size() == 1);
+    REQUIRE(run.plan.grid[0].lr == (i % 2 == 0 ? 1e-3 : 0.01));
+    REQUIRE(run.plan.grid[0].weight_decay == 1e-4);
+    REQUIRE(run.plan.grid[0].levels_text() == (i < 2 ? "0" : "1+2"));
+    REQUIRE(run.plan.options.out == run.options.out);
+    REQUIRE(run.cache_entry == "enc");
+  }
+  REQUIRE(study.runs[0].id != study.runs[1].id);
+}
+
+TEST_CASE("a study's numbers reach the plans with every digit") {
+  StudyDir d;
+  const Study study = d.load(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 0,
+                                 "lr": 0.0012345678901})",
+                             R"(, "mean": [1370.19151926, 0.5], "std": [2.5, 1], "scale": 0.0001)");
+  const PrecomputePlan& plan = study.precomputes.front().plan;
+  REQUIRE(plan.preprocess.mean == std::vector<double>{1370.19151926, 0.5});
+  REQUIRE(plan.preprocess.std == std::vector<double>{2.5, 1.0});
+  REQUIRE(plan.preprocess.scale == 0.0001);
+  REQUIRE(study.precomputes.front().options.mean == "1370.19151926,0.5");
+  REQUIRE(study.runs.front().plan.grid[0].lr == 0.0012345678901);
+}
+
+TEST_CASE("validation names each problem's place, all at once") {
+  StudyDir d;
+  const std::string problems = d.problems(
+      R"({"name": "a", "cache": "enc", "task": "classification", "levels": 0, "learning_rate": 0.1},
+         {"name": "b", "cache": "enc", "task": "classification", "levels": 0, "zip": ["lr", "weight_decay"],
+          "lr": [0.1, 0.01], "weight_decay": [0]},
+         {"name": "c", "cache": "enc", "task": "classification", "levels": 0, "lr": []},
+         {"name": "d", "cache": "enc", "task": "classification", "levels": 0, "lr": [0.1, "fast"]})");
+  REQUIRE(contains(problems, "4 problems in"));
+  REQUIRE(contains(problems, R"(probes[0].learning_rate: unknown key "learning_rate"; did you mean "lr"?)"));
+  REQUIRE(contains(problems, "probes[1].weight_decay: has 1 values but the other \"zip\" fields have 2"));
+  REQUIRE(contains(problems, "probes[2].lr: empty list: no runs"));
+  REQUIRE(contains(problems, R"(probes[3].lr[1]: expected a number, got "fast")"));
+}
+
+TEST_CASE("fusion: a full grid is one pass whose grid lists the runs in order; a zip goes by head and levels") {
+  StudyDir d;
+  const Study study = d.load(
+      R"({"name": "grid", "cache": "enc", "task": "classification", "levels": [[0], [1]], "lr": [1e-3, 1e-2]},
+         {"name": "zipped", "cache": "enc", "task": "classification", "head": "mlp", "levels": 1,
+          "zip": ["lr", "weight_decay"], "lr": [1e-3, 1e-2], "weight_decay": [0, 0.01]})");
+  REQUIRE(study.runs.size() == 6);
+  const std::vector<Pass> grid = fuse_runs(study, {0, 1, 2, 3});
+  REQUIRE(grid.size() == 1);
+  REQUIRE(grid[0].runs == std::vector<std::size_t>{0, 1, 2, 3});
+  REQUIRE(grid[0].plan.grid.size() == 4);
+  for (std::size_t k = 0; k < 4; ++k) {
+    REQUIRE(grid[0].plan.grid[k].lr == study.runs[k].plan.grid[0].lr);
+    REQUIRE(grid[0].plan.grid[k].levels == study.runs[k].plan.grid[0].levels);
+  }
+  REQUIRE(contains(grid[0].plan.options.out, "/passes/"));
+  // Zipped (lr, wd) pairs are 2 of a 2x2 grid: each run trains alone.
+  REQUIRE(fuse_runs(study, {4, 5}).size() == 2);
+  // Runs of two entries never share a pass; a finished run leaves the rest of its grid to fuse by level.
+  REQUIRE(fuse_runs(study, {0, 1, 2, 3, 4, 5}).size() == 3);
+  const std::vector<Pass> partial = fuse_runs(study, {0, 2, 3});
+  REQUIRE(partial.size() == 2);
+  REQUIRE(partial[0].runs == std::vector<std::size_t>{0});
+  REQUIRE(partial[1].runs == std::vector<std::size_t>{2, 3});
+}
+
+}  // TEST_SUITE
