@@ -92,6 +92,25 @@ TEST_CASE("validation names each problem's place, all at once") {
   REQUIRE(contains(problems, R"(probes[3].lr[1]: expected a number, got "fast")"));
 }
 
+TEST_CASE("a UsageError names its option; a study turns that into the field, the CLI into the flag") {
+  const UsageError about_lr(OptionName{"warmup-epochs"}, "30 is not shorter than --epochs 20");
+  REQUIRE(std::string(about_lr.what()) == "--warmup-epochs: 30 is not shorter than --epochs 20");
+  REQUIRE(about_lr.option() == "warmup-epochs");
+  REQUIRE(about_lr.detail() == "30 is not shorter than --epochs 20");
+  REQUIRE(UsageError("--out x is the dataset itself").option().empty());
+  StudyDir d;
+  std::string problems;
+  try {
+    d.load(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 0, "lr": [0.1, 0.01],
+               "warmup_epochs": 30})",
+           R"(, "crop_size": "14x")");
+  } catch (const InputError& e) {
+    problems = e.what();
+  }
+  REQUIRE(contains(problems, R"(precompute[0].crop_size: expected S or WxH (64 or 64x32), got "14x")"));
+  REQUIRE(contains(problems, "probes[0].warmup_epochs (lr=0.1): 30 is not shorter than --epochs 20"));
+}
+
 TEST_CASE("fusion: a full grid is one pass whose grid lists the runs in order; a zip goes by head and levels") {
   StudyDir d;
   const Study study = d.load(

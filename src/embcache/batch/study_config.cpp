@@ -328,21 +328,19 @@ class StudyParser {
   }
 
   // The option checks speak in command-line flags ("--crop-size: expected ..."); a config names
-  // its fields ("precompute[0].crop_size: expected ...").
+  // its fields ("precompute[0].crop_size: expected ..."), from the option a UsageError is about.
   // `run` names the grid point of a probe entry (" (lr=0.1)"), or is empty.
   template <class Options>
   void add_option_problem(const std::string& where, const std::string& run,
-                          const std::vector<OptionField<Options>>& fields, const std::string& message) {
-    const auto colon = message.find(": ");
-    if (message.rfind("--", 0) == 0 && colon != std::string::npos) {
-      const std::string flag = message.substr(2, colon - 2);
+                          const std::vector<OptionField<Options>>& fields, const Error& error) {
+    if (const auto* usage = dynamic_cast<const UsageError*>(&error); usage && !usage->option().empty()) {
       for (const auto& field : fields) {
-        if (field.name != flag) continue;
-        problems_.add(where + "." + field.json_key() + run, message.substr(colon + 2));
+        if (field.name != usage->option()) continue;
+        problems_.add(where + "." + field.json_key() + run, usage->detail());
         return;
       }
     }
-    problems_.add(where + run, message);
+    problems_.add(where + run, error.what());
   }
 
   void parse_precompute(const std::string& where, const Json& raw) {
@@ -396,7 +394,7 @@ class StudyParser {
       try {
         entry.plan = plan_precompute(entry.options);
       } catch (const Error& err) {
-        add_option_problem(where, "", pre_fields, err.what());
+        add_option_problem(where, "", pre_fields, err);
       }
     }
     Json identity = Json::object();
@@ -560,7 +558,7 @@ class StudyParser {
     try {
       run.plan = plan_probe(run.options);
     } catch (const Error& err) {
-      add_option_problem(where, point.label.empty() ? "" : " (" + point.label + ")", fields, err.what());
+      add_option_problem(where, point.label.empty() ? "" : " (" + point.label + ")", fields, err);
       return false;
     }
     nlohmann::json identity = probe_options_to_json(run.options);

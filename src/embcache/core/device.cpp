@@ -12,7 +12,7 @@ c10::Device resolve_device(const std::string& text) {
   const bool indexed = text.rfind("cuda:", 0) == 0 && text.size() > 5 && text.size() <= 8 &&
                        text.find_first_not_of("0123456789", 5) == std::string::npos;
   if (text != "cuda" && !indexed) {
-    throw UsageError("--device: expected auto, cpu, cuda or cuda:N, got \"" + text + "\"");
+    throw UsageError(OptionName{"device"}, "expected auto, cpu, cuda or cuda:N, got \"" + text + "\"");
   }
   if (!torch::cuda::is_available()) {
     throw UsageError("--device " + text + ": CUDA is not available (this LibTorch build or machine "

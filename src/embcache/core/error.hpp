@@ -24,10 +24,25 @@ class Error : public std::runtime_error {
   ExitCode code_;
 };
 
-// Invalid options or option combinations: the user fixes the command line.
+// The option a UsageError is about, by its long name without dashes ("crop-size").
+struct OptionName {
+  std::string key;
+};
+
+// Invalid options or option combinations: the user fixes the command line or the study field.
 class UsageError : public Error {
  public:
-  explicit UsageError(const std::string& message) : Error(ExitCode::kUsage, message) {}
+  explicit UsageError(const std::string& message) : Error(ExitCode::kUsage, message), detail_(message) {}
+  // About one option: reads "--KEY: DETAIL" on the command line, and a study names its field
+  // ("probes[2].lr: DETAIL") from option() and detail(), without taking the message apart.
+  UsageError(OptionName option, const std::string& detail)
+      : Error(ExitCode::kUsage, "--" + option.key + ": " + detail), option_(std::move(option.key)), detail_(detail) {}
+  const std::string& option() const { return option_; }  // "" when not about one option
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string option_;
+  std::string detail_;
 };
 
 // The content of a dataset, encoder or cache is wrong: the user fixes the file.

@@ -8,7 +8,6 @@
 #include <iomanip>
 #include <sstream>
 
-#include "embcache/core/error.hpp"
 
 namespace embcache {
 namespace {
@@ -22,13 +21,13 @@ std::string trim(const std::string& s) {
 
 }  // namespace
 
-std::vector<std::string> split_list(const std::string& text, const std::string& what) {
+std::vector<std::string> split_list(const std::string& text, const OptionName& option) {
   std::vector<std::string> items;
   std::size_t start = 0;
   while (true) {
     const auto comma = text.find(',', start);
     const std::string item = trim(text.substr(start, comma == std::string::npos ? std::string::npos : comma - start));
-    if (item.empty()) throw UsageError(what + ": empty item in list \"" + text + "\"");
+    if (item.empty()) throw UsageError(option, "empty item in list \"" + text + "\"");
     items.push_back(item);
     if (comma == std::string::npos) break;
     start = comma + 1;
@@ -36,44 +35,44 @@ std::vector<std::string> split_list(const std::string& text, const std::string& 
   return items;
 }
 
-double parse_double(const std::string& text, const std::string& what) {
+double parse_double(const std::string& text, const OptionName& option) {
   const std::string t = trim(text);
   char* end = nullptr;
   const double v = std::strtod(t.c_str(), &end);
   if (t.empty() || *end != '\0' || !std::isfinite(v)) {
-    throw UsageError(what + ": expected a number, got \"" + text + "\"");
+    throw UsageError(option, "expected a number, got \"" + text + "\"");
   }
   return v;
 }
 
-std::int64_t parse_int(const std::string& text, const std::string& what) {
+std::int64_t parse_int(const std::string& text, const OptionName& option) {
   const std::string t = trim(text);
   char* end = nullptr;
   const long long v = std::strtoll(t.c_str(), &end, 10);
-  if (t.empty() || *end != '\0') throw UsageError(what + ": expected an integer, got \"" + text + "\"");
+  if (t.empty() || *end != '\0') throw UsageError(option, "expected an integer, got \"" + text + "\"");
   return v;
 }
 
-std::vector<double> parse_double_list(const std::string& text, const std::string& what) {
+std::vector<double> parse_double_list(const std::string& text, const OptionName& option) {
   std::vector<double> values;
-  for (const auto& item : split_list(text, what)) values.push_back(parse_double(item, what));
+  for (const auto& item : split_list(text, option)) values.push_back(parse_double(item, option));
   return values;
 }
 
-std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& what) {
+std::vector<std::int64_t> parse_int_list(const std::string& text, const OptionName& option) {
   std::vector<std::int64_t> values;
-  for (const auto& item : split_list(text, what)) values.push_back(parse_int(item, what));
+  for (const auto& item : split_list(text, option)) values.push_back(parse_int(item, option));
   return values;
 }
 
-std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const std::string& what) {
+std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const OptionName& option) {
   const auto x = text.find_first_of("xX");
-  const std::string expected = what + ": expected S or WxH (64 or 64x32), got \"" + text + "\"";
+  const std::string expected = "expected S or WxH (64 or 64x32), got \"" + text + "\"";
   auto side = [&](const std::string& part) {
     const std::string t = trim(part);
     char* end = nullptr;
     const long long v = std::strtoll(t.c_str(), &end, 10);
-    if (t.empty() || *end != '\0') throw UsageError(expected);
+    if (t.empty() || *end != '\0') throw UsageError(option, expected);
     return std::int64_t(v);
   };
   std::int64_t w, h;
@@ -83,11 +82,11 @@ std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const 
     w = side(text.substr(0, x));
     h = side(text.substr(x + 1));
   }
-  if (w <= 0 || h <= 0) throw UsageError(what + ": sizes must be positive, got \"" + text + "\"");
+  if (w <= 0 || h <= 0) throw UsageError(option, "sizes must be positive, got \"" + text + "\"");
   return {w, h};
 }
 
-std::int64_t parse_bytes(const std::string& text, const std::string& what) {
+std::int64_t parse_bytes(const std::string& text, const OptionName& option) {
   std::string t = trim(text);
   double unit = 1.0;
   for (const std::string suffix : {"iB", "B", "b"}) {
@@ -107,7 +106,7 @@ std::int64_t parse_bytes(const std::string& text, const std::string& what) {
   char* end = nullptr;
   const double v = std::strtod(t.c_str(), &end);
   if (t.empty() || *end != '\0' || !std::isfinite(v) || v <= 0) {
-    throw UsageError(what + ": expected a size such as 512M or 8G, got \"" + text + "\"");
+    throw UsageError(option, "expected a size such as 512M or 8G, got \"" + text + "\"");
   }
   return std::int64_t(v * unit);
 }

@@ -6,18 +6,21 @@
 #include <utility>
 #include <vector>
 
+#include "embcache/core/error.hpp"
+
 namespace embcache {
 
-// "1,2, 3" -> {"1","2","3"}; empty items are an error naming `what`.
-std::vector<std::string> split_list(const std::string& text, const std::string& what);
-std::vector<double> parse_double_list(const std::string& text, const std::string& what);
-std::vector<std::int64_t> parse_int_list(const std::string& text, const std::string& what);
-double parse_double(const std::string& text, const std::string& what);
-std::int64_t parse_int(const std::string& text, const std::string& what);
+// Each raises a UsageError about `option` for text that is not of its form.
+// "1,2, 3" -> {"1","2","3"}; empty items are an error.
+std::vector<std::string> split_list(const std::string& text, const OptionName& option);
+std::vector<double> parse_double_list(const std::string& text, const OptionName& option);
+std::vector<std::int64_t> parse_int_list(const std::string& text, const OptionName& option);
+double parse_double(const std::string& text, const OptionName& option);
+std::int64_t parse_int(const std::string& text, const OptionName& option);
 // "64" -> (64, 64); "96x64" -> (width 96, height 64).
-std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const std::string& what);
+std::pair<std::int64_t, std::int64_t> parse_size(const std::string& text, const OptionName& option);
 // "512M", "8G", "1.5GiB", "1000000" -> bytes (K/M/G/T are powers of 1024).
-std::int64_t parse_bytes(const std::string& text, const std::string& what);
+std::int64_t parse_bytes(const std::string& text, const OptionName& option);
 // A CSV field: quoted (with doubled quotes) when it holds a comma, a quote or a newline.
 std::string csv_field(const std::string& text);
 // A number as a person writes it, for messages: 1.5 -> "1.5", 1e-05 -> "1e-05" (6 significant digits).

@@ -6,13 +6,13 @@ namespace embcache {
 
 void CropGridSpec::validate() const {
   if (!width) {
-    if (overlap != 0) throw UsageError("--overlap: needs --crop-size");
+    if (overlap != 0) throw UsageError(OptionName{"overlap"}, "needs --crop-size");
     return;
   }
-  if (*width <= 0 || *height <= 0) throw UsageError("--crop-size: must be positive");
-  if (overlap < 0) throw UsageError("--overlap: must be 0 or more");
+  if (*width <= 0 || *height <= 0) throw UsageError(OptionName{"crop-size"}, "must be positive");
+  if (overlap < 0) throw UsageError(OptionName{"overlap"}, "must be 0 or more");
   if (overlap >= *width || overlap >= *height) {
-    throw UsageError("--overlap: " + std::to_string(overlap) +
+    throw UsageError(OptionName{"overlap"}, std::to_string(overlap) +
                      " must be smaller than the crop size " + std::to_string(*width) + "x" +
                      std::to_string(*height));
   }

@@ -210,17 +210,17 @@ class RslearnDataset : public WindowSource {
  private:
   void parse_layers() {
     if (options_.layers.empty()) {
-      throw UsageError("--layers: required for rslearn datasets, e.g. --layers sentinel2:B04,B03,B02");
+      throw UsageError(OptionName{"layers"}, "required for rslearn datasets, e.g. --layers sentinel2:B04,B03,B02");
     }
     for (const auto& token : split_on(options_.layers, "; \t")) {
       const auto colon = token.find(':');
       if (colon == std::string::npos || colon == 0 || colon + 1 == token.size()) {
-        throw UsageError("--layers: expected LAYER:BAND,BAND,... for each layer, got \"" + token + "\"");
+        throw UsageError(OptionName{"layers"}, "expected LAYER:BAND,BAND,... for each layer, got \"" + token + "\"");
       }
       LayerRequest l;
       l.dir = token.substr(0, colon);
       l.name = l.dir.substr(0, l.dir.find('.'));
-      l.bands = split_list(token.substr(colon + 1), "--layers " + l.dir);
+      l.bands = split_list(token.substr(colon + 1), {"layers"});
       layers_.push_back(l);
     }
   }
@@ -236,7 +236,7 @@ class RslearnDataset : public WindowSource {
     std::vector<std::pair<std::string, std::string>> tags;
     for (const auto& t : split_on(options_.tags, ",")) {
       const auto eq = t.find('=');
-      if (eq == std::string::npos || eq == 0) throw UsageError("--tags: expected key=value, got \"" + t + "\"");
+      if (eq == std::string::npos || eq == 0) throw UsageError(OptionName{"tags"}, "expected key=value, got \"" + t + "\"");
       tags.emplace_back(t.substr(0, eq), t.substr(eq + 1));
     }
     std::vector<fs::path> dirs;
@@ -409,7 +409,7 @@ class RslearnDataset : public WindowSource {
         // --label-type value (auto: float bands are values, integer bands are classes).
         const std::string type = options_.label_type;
         if (type != "auto" && type != "class" && type != "value") {
-          throw UsageError("--label-type: expected auto, class or value, got \"" + type + "\"");
+          throw UsageError(OptionName{"label-type"}, "expected auto, class or value, got \"" + type + "\"");
         }
         bool float_band = false;
         const std::string tif = label_raster(entries_.front());
@@ -431,7 +431,7 @@ class RslearnDataset : public WindowSource {
   void load_vector_labels() {
     if (!vector_labels_) return;
     if (options_.label_property.empty()) {
-      throw UsageError("--label-property: required with the vector label layer " + options_.label_layer +
+      throw UsageError(OptionName{"label-property"}, "required with the vector label layer " + options_.label_layer +
                        " (the GeoJSON feature property that holds the label)");
     }
     std::vector<Json> values;
@@ -454,7 +454,7 @@ class RslearnDataset : public WindowSource {
     }
     std::string type = options_.label_type;
     if (type != "auto" && type != "class" && type != "value") {
-      throw UsageError("--label-type: expected auto, class or value, got \"" + type + "\"");
+      throw UsageError(OptionName{"label-type"}, "expected auto, class or value, got \"" + type + "\"");
     }
     if (type == "auto") type = (!options_.classes.empty() || values.front().is_string()) ? "class" : "value";
     if (type == "value") {
@@ -471,7 +471,7 @@ class RslearnDataset : public WindowSource {
     labels_.has_class = true;
     auto text = [](const Json& v) { return v.is_string() ? v.get<std::string>() : v.dump(); };
     if (!options_.classes.empty()) {
-      labels_.class_names = split_list(options_.classes, "--classes");
+      labels_.class_names = split_list(options_.classes, {"classes"});
     } else {
       std::set<std::string> distinct;
       for (const auto& v : values) distinct.insert(text(v));

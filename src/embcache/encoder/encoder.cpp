@@ -39,7 +39,7 @@ Amp parse_amp(const std::string& text) {
   if (text == "none") return Amp::kNone;
   if (text == "fp16") return Amp::kFp16;
   if (text == "bf16") return Amp::kBf16;
-  throw UsageError("--amp: expected none, fp16 or bf16, got \"" + text + "\"");
+  throw UsageError(OptionName{"amp"}, "expected none, fp16 or bf16, got \"" + text + "\"");
 }
 
 std::vector<std::size_t> select_levels(const EncoderOutput& out, const std::vector<std::string>& request) {
@@ -57,13 +57,13 @@ std::vector<std::size_t> select_levels(const EncoderOutput& out, const std::vect
       char* end = nullptr;
       const long v = std::strtol(want.c_str(), &end, 10);
       if (*end != '\0' || v < 0 || std::size_t(v) >= out.names.size()) {
-        throw UsageError("--levels: the encoder has no level \"" + want + "\"; it returns " +
+        throw UsageError(OptionName{"levels"}, "the encoder has no level \"" + want + "\"; it returns " +
                          std::to_string(out.names.size()) + " levels: " + available);
       }
       index = std::size_t(v);
     }
     if (std::find(selected.begin(), selected.end(), index) != selected.end()) {
-      throw UsageError("--levels: level \"" + want + "\" is listed twice");
+      throw UsageError(OptionName{"levels"}, "level \"" + want + "\" is listed twice");
     }
     selected.push_back(index);
   }

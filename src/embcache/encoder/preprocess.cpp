@@ -18,14 +18,14 @@ void Preprocess::validate(std::int64_t channels) const {
     }
   };
   if (!std::isfinite(scale) || scale == 0.0) {
-    throw UsageError("--scale: expected a finite, non-zero factor, got " + format_number(scale));
+    throw UsageError(OptionName{"scale"}, "expected a finite, non-zero factor, got " + format_number(scale));
   }
   if (channels >= 0) {
     check_length(mean, "mean");
     check_length(std, "std");
   }
   for (double s : std) {
-    if (s == 0.0) throw UsageError("--std: values must be non-zero");
+    if (s == 0.0) throw UsageError(OptionName{"std"}, "values must be non-zero");
   }
 }
 

@@ -20,7 +20,7 @@ StageScheduling parse_stage_scheduling(const std::string& text) {
   if (text == "auto") return StageScheduling::kAuto;
   if (text == "idle") return StageScheduling::kIdle;
   if (text == "normal") return StageScheduling::kNormal;
-  throw UsageError("--stage-priority: expected auto, idle or normal, got \"" + text + "\"");
+  throw UsageError(OptionName{"stage-priority"}, "expected auto, idle or normal, got \"" + text + "\"");
 }
 
 StagePriority::StagePriority(StageScheduling mode)

@@ -37,7 +37,7 @@ void check_paths(const PrecomputeOptions& o) {
 // --format, and the rslearn reader's options (which an array dataset must not be given).
 void plan_dataset(const PrecomputeOptions& o, PrecomputePlan& plan) {
   if (o.format != "auto" && o.format != "array" && o.format != "rslearn") {
-    throw UsageError("--format: expected auto, array or rslearn, got \"" + o.format + "\"");
+    throw UsageError(OptionName{"format"}, "expected auto, array or rslearn, got \"" + o.format + "\"");
   }
   const bool rslearn = o.format == "rslearn" || (o.format == "auto" && is_rslearn_root(o.dataset));
   plan.format = rslearn ? DatasetFormat::kRslearn : DatasetFormat::kArray;
@@ -68,40 +68,40 @@ void plan_dataset(const PrecomputeOptions& o, PrecomputePlan& plan) {
 // Crops, bands and preprocessing: what the encoder gets.
 void plan_input(const PrecomputeOptions& o, PrecomputePlan& plan) {
   if (!o.crop_size.empty()) {
-    const auto [w, h] = parse_size(o.crop_size, "--crop-size");
+    const auto [w, h] = parse_size(o.crop_size, {"crop-size"});
     plan.grid.width = w;
     plan.grid.height = h;
   }
   plan.grid.overlap = o.overlap;
   plan.grid.validate();
   plan.cropper.pad_value = o.pad_value;
-  if (!o.bands.empty()) plan.cropper.bands = parse_int_list(o.bands, "--bands");
+  if (!o.bands.empty()) plan.cropper.bands = parse_int_list(o.bands, {"bands"});
   plan.preprocess.scale = o.scale;
-  plan.preprocess.mean = parse_double_list(o.mean, "--mean");
-  plan.preprocess.std = parse_double_list(o.std, "--std");
+  plan.preprocess.mean = parse_double_list(o.mean, {"mean"});
+  plan.preprocess.std = parse_double_list(o.std, {"std"});
   plan.preprocess.validate();
 }
 
 // The encoder's batches, device and threads.
 void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
   if (o.batch_size != "auto") {
-    plan.batch_size = parse_int(o.batch_size, "--batch-size");
-    if (*plan.batch_size <= 0) throw UsageError("--batch-size: must be a positive number or auto");
+    plan.batch_size = parse_int(o.batch_size, {"batch-size"});
+    if (*plan.batch_size <= 0) throw UsageError(OptionName{"batch-size"}, "must be a positive number or auto");
   }
   plan.amp = parse_amp(o.amp);
   plan.device = resolve_device(o.device);
-  if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError("--amp: needs a CUDA device; on CPU use --amp none");
-  if (o.threads < 0) throw UsageError("--threads: must be 0 (one per core) or more");
+  if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError(OptionName{"amp"}, "needs a CUDA device; on CPU use --amp none");
+  if (o.threads < 0) throw UsageError(OptionName{"threads"}, "must be 0 (one per core) or more");
   plan.threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
-  if (!o.levels.empty()) plan.level_request = split_list(o.levels, "--levels");
+  if (!o.levels.empty()) plan.level_request = split_list(o.levels, {"levels"});
 }
 
 // Storage, commits and the stages' scheduling.
 void plan_output(const PrecomputeOptions& o, PrecomputePlan& plan) {
   plan.storage.dtype = parse_storage_dtype(o.dtype);
   plan.storage.compression = Compression::parse(o.compression);
-  if (o.commit_seconds <= 0) throw UsageError("--commit-seconds: must be positive");
-  if (o.segment_mb <= 0) throw UsageError("--segment-mb: must be positive");
+  if (o.commit_seconds <= 0) throw UsageError(OptionName{"commit-seconds"}, "must be positive");
+  if (o.segment_mb <= 0) throw UsageError(OptionName{"segment-mb"}, "must be positive");
   plan.policy.segment_seconds = o.commit_seconds;
   plan.policy.segment_bytes = o.segment_mb << 20;
   plan.policy.fsync = o.fsync;
@@ -149,7 +149,7 @@ void check_whole_windows(const WindowSource& source, const CropGridSpec& grid, c
   }
   if (!other) return;
   auto size = [](const WindowInfo& w) { return std::to_string(w.bounds.width()) + "x" + std::to_string(w.bounds.height()); };
-  throw UsageError("--crop-size: " + dataset + " has windows of different sizes (" + first.group + "/" + first.name +
+  throw UsageError(OptionName{"crop-size"}, dataset + " has windows of different sizes (" + first.group + "/" + first.name +
                    " is " + size(first) + ", " + other->group + "/" + other->name + " is " + size(*other) +
                    "); without --crop-size a crop is a whole window and a cache holds crops of one size: give "
                    "--crop-size (the smallest window is " + size(*smallest) + ")");
@@ -162,7 +162,7 @@ std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource&
   const std::int64_t channels = source.channels();
   for (std::int64_t band : plan.cropper.bands) {
     if (band < 0 || band >= channels) {
-      throw UsageError("--bands: band " + std::to_string(band) + " is out of range; " + plan.dataset + " has " +
+      throw UsageError(OptionName{"bands"}, "band " + std::to_string(band) + " is out of range; " + plan.dataset + " has " +
                        std::to_string(channels) + " channels (0-" + std::to_string(channels - 1) + ")");
     }
   }

@@ -240,7 +240,7 @@ HeadType parse_head(const std::string& text) {
   if (text == "fpn") return HeadType::kFpn;
   if (text == "unet") return HeadType::kUnet;
   if (text == "pixel-shuffle") return HeadType::kPixelShuffle;
-  throw UsageError("--head: expected linear, mlp, conv, fpn, unet or pixel-shuffle, got \"" + text + "\"");
+  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet or pixel-shuffle, got \"" + text + "\"");
 }
 
 const char* head_name(HeadType type) {
@@ -310,10 +310,10 @@ void HeadConfig::validate() const {
     }
   }
   for (auto h : hidden) {
-    if (h <= 0) throw UsageError("--hidden: widths must be positive");
+    if (h <= 0) throw UsageError(OptionName{"hidden"}, "widths must be positive");
   }
-  if (dropout < 0 || dropout >= 1) throw UsageError("--dropout: expected a probability in [0, 1)");
-  if (conv_blocks < 1) throw UsageError("--conv-blocks: expected at least 1");
+  if (dropout < 0 || dropout >= 1) throw UsageError(OptionName{"dropout"}, "expected a probability in [0, 1)");
+  if (conv_blocks < 1) throw UsageError(OptionName{"conv-blocks"}, "expected at least 1");
 }
 
 struct HeadBank::Impl {

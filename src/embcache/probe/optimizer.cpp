@@ -11,14 +11,14 @@ namespace embcache {
 OptimizerKind parse_optimizer(const std::string& text) {
   if (text == "adamw") return OptimizerKind::kAdamW;
   if (text == "sgd") return OptimizerKind::kSgd;
-  throw UsageError("--optimizer: expected adamw or sgd, got \"" + text + "\"");
+  throw UsageError(OptionName{"optimizer"}, "expected adamw or sgd, got \"" + text + "\"");
 }
 
 Schedule parse_schedule(const std::string& text) {
   if (text == "cosine") return Schedule::kCosine;
   if (text == "constant") return Schedule::kConstant;
   if (text == "step") return Schedule::kStep;
-  throw UsageError("--schedule: expected cosine, constant or step, got \"" + text + "\"");
+  throw UsageError(OptionName{"schedule"}, "expected cosine, constant or step, got \"" + text + "\"");
 }
 
 double schedule_factor(Schedule schedule, std::int64_t step, std::int64_t total, std::int64_t warmup) {

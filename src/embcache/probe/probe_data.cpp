@@ -48,7 +48,7 @@ ProbeTask parse_task(const std::string& text) {
   if (text == "segmentation") return ProbeTask::kSegmentation;
   if (text == "regression") return ProbeTask::kRegression;
   if (text == "pixel-regression") return ProbeTask::kPixelRegression;
-  throw UsageError("--task: expected classification, multilabel, segmentation, regression or "
+  throw UsageError(OptionName{"task"}, "expected classification, multilabel, segmentation, regression or "
                    "pixel-regression, got \"" + text + "\"");
 }
 
@@ -113,7 +113,7 @@ void check_caches_for_task(const std::vector<std::unique_ptr<CacheFileReader>>& 
 ProbeData::~ProbeData() = default;
 
 ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) {
-  if (options.caches.empty()) throw UsageError("--cache: at least one cache is needed");
+  if (options.caches.empty()) throw UsageError(OptionName{"cache"}, "at least one cache is needed");
   for (const auto& path : options.caches) {
     caches_.push_back(std::make_unique<CacheFileReader>(path));
     if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
@@ -129,13 +129,13 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
   // Splits. Each has one role: a row may train, pick, or be reported on, never two of these.
   const std::string names[3] = {options.train_split, options.val_split, options.test_split};
   if (names[1] == names[0]) {
-    throw UsageError("--val-split: '" + names[1] + "' is also the --train-split; the epoch and the combination "
+    throw UsageError(OptionName{"val-split"}, "'" + names[1] + "' is also the --train-split; the epoch and the combination "
                      "must be picked on rows the heads did not train on: name another split, or carve one "
                      "from train with --val-fraction 0.1");
   }
   for (int s = 0; s < 2; ++s) {
     if (names[2] != names[s]) continue;
-    throw UsageError("--test-split: '" + names[2] + "' is also the " + (s == 0 ? "--train-split" : "--val-split") +
+    throw UsageError(OptionName{"test-split"}, "'" + names[2] + "' is also the " + (s == 0 ? "--train-split" : "--val-split") +
                      "; test metrics must come from rows that neither trained nor picked the heads: name "
                      "another split (or leave --test-split out if the caches have no 'test')");
   }
@@ -197,10 +197,10 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
     }
   }
   if (options.val_fraction < 0 || options.val_fraction >= 1) {
-    throw UsageError("--val-fraction: expected a fraction in [0, 1), got " + format_number(options.val_fraction));
+    throw UsageError(OptionName{"val-fraction"}, "expected a fraction in [0, 1), got " + format_number(options.val_fraction));
   }
   if (options.val_fraction > 0 && counts.count(options.val_split)) {
-    throw UsageError("--val-fraction: the caches already have a '" + options.val_split +
+    throw UsageError(OptionName{"val-fraction"}, "the caches already have a '" + options.val_split +
                      "' split; drop --val-fraction, or name another --val-split to carve into");
   }
   if (train().size() == 0) {
@@ -337,7 +337,7 @@ const LevelSpec& find_level(const CacheFileReader& cache, const std::string& nam
   }
   std::string names;
   for (const auto& l : cache.levels()) names += (names.empty() ? "" : ", ") + l.name + " " + l.shape_text();
-  throw UsageError("--levels: level '" + name_or_index + "' is not in " + cache.path() + "; its levels are: " + names);
+  throw UsageError(OptionName{"levels"}, "level '" + name_or_index + "' is not in " + cache.path() + "; its levels are: " + names);
 }
 
 const LevelSpec& ProbeData::level(const std::string& name_or_index) const {

@@ -11,15 +11,15 @@ namespace embcache {
 namespace {
 
 std::vector<std::vector<std::string>> parse_level_sets(const std::string& text) {
-  if (text.empty()) throw UsageError("--levels: required (a level name or index, e.g. --levels 0, or 1+2 for fpn)");
+  if (text.empty()) throw UsageError(OptionName{"levels"}, "required (a level name or index, e.g. --levels 0, or 1+2 for fpn)");
   std::vector<std::vector<std::string>> sets;
-  for (const auto& item : split_list(text, "--levels")) {
+  for (const auto& item : split_list(text, {"levels"})) {
     std::vector<std::string> set;
     std::size_t start = 0;
     while (true) {
       const auto plus = item.find('+', start);
       const std::string name = item.substr(start, plus == std::string::npos ? std::string::npos : plus - start);
-      if (name.empty()) throw UsageError("--levels: empty level name in \"" + item + "\"");
+      if (name.empty()) throw UsageError(OptionName{"levels"}, "empty level name in \"" + item + "\"");
       set.push_back(name);
       if (plus == std::string::npos) break;
       start = plus + 1;
@@ -36,13 +36,15 @@ std::string level_set_text(const std::vector<std::string>& set) {
 }
 
 // A value listed twice in a grid list would train the same heads twice and report them twice.
+// `within`: the level set a repeated level is in ("" for the grid lists themselves).
 template <typename T, typename Text>
-void refuse_repeats(const std::vector<T>& values, const std::string& option, Text text) {
+void refuse_repeats(const std::vector<T>& values, const OptionName& option, Text text, const std::string& within = "") {
   for (std::size_t i = 0; i < values.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
-      if (values[j] == values[i]) {
-        throw UsageError(option + ": " + text(values[i]) + " is listed twice; list each value once");
-      }
+      if (values[j] != values[i]) continue;
+      const std::string detail = text(values[i]) + " is listed twice; list each value once";
+      if (within.empty()) throw UsageError(option, detail);
+      throw UsageError("--" + option.key + " " + within + ": " + detail);
     }
   }
 }
@@ -63,18 +65,18 @@ void check_out(const std::string& out) {
 }
 
 void check_training(const ProbeOptions& o) {
-  if (o.epochs < 1) throw UsageError("--epochs: expected at least 1");
-  if (o.batch_size < 1) throw UsageError("--batch-size: expected at least 1");
-  if (o.patience < 0) throw UsageError("--patience: expected 0 (off) or more epochs");
-  if (o.label_smoothing < 0 || o.label_smoothing >= 1) throw UsageError("--label-smoothing: expected [0, 1)");
-  if (o.dropout < 0 || o.dropout >= 1) throw UsageError("--dropout: expected a probability in [0, 1)");
-  if (o.warmup_epochs < 0) throw UsageError("--warmup-epochs: expected 0 or more");
+  if (o.epochs < 1) throw UsageError(OptionName{"epochs"}, "expected at least 1");
+  if (o.batch_size < 1) throw UsageError(OptionName{"batch-size"}, "expected at least 1");
+  if (o.patience < 0) throw UsageError(OptionName{"patience"}, "expected 0 (off) or more epochs");
+  if (o.label_smoothing < 0 || o.label_smoothing >= 1) throw UsageError(OptionName{"label-smoothing"}, "expected [0, 1)");
+  if (o.dropout < 0 || o.dropout >= 1) throw UsageError(OptionName{"dropout"}, "expected a probability in [0, 1)");
+  if (o.warmup_epochs < 0) throw UsageError(OptionName{"warmup-epochs"}, "expected 0 or more");
   if (o.warmup_epochs > 0 && o.warmup_epochs >= double(o.epochs)) {
-    throw UsageError("--warmup-epochs: " + format_number(o.warmup_epochs) + " is not shorter than --epochs " +
+    throw UsageError(OptionName{"warmup-epochs"}, format_number(o.warmup_epochs) + " is not shorter than --epochs " +
                      std::to_string(o.epochs) + ", so the learning rate would never reach --lr; "
                      "warm up for fewer epochs or train for more");
   }
-  if (o.bootstrap < 0) throw UsageError("--bootstrap: expected 0 (off) or a number of resamples");
+  if (o.bootstrap < 0) throw UsageError(OptionName{"bootstrap"}, "expected 0 (off) or a number of resamples");
 }
 
 // Device, tier and memory budgets.
@@ -85,29 +87,29 @@ void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
   for (const auto& [name, tier] : tiers) {
     if (o.tier == name) plan.tier = tier, known = true;
   }
-  if (!known) throw UsageError("--tier: expected auto, gpu, host or stream, got \"" + o.tier + "\"");
+  if (!known) throw UsageError(OptionName{"tier"}, "expected auto, gpu, host or stream, got \"" + o.tier + "\"");
   plan.device = resolve_device(o.device);
-  if (plan.tier == TierRequest::kGpu && !plan.device.is_cuda()) throw UsageError("--tier: gpu needs a CUDA --device");
-  if (o.gpu_memory_budget != "auto") plan.gpu_budget = parse_bytes(o.gpu_memory_budget, "--gpu-memory-budget");
-  if (o.host_memory_budget != "auto") plan.host_budget = parse_bytes(o.host_memory_budget, "--host-memory-budget");
+  if (plan.tier == TierRequest::kGpu && !plan.device.is_cuda()) throw UsageError(OptionName{"tier"}, "gpu needs a CUDA --device");
+  if (o.gpu_memory_budget != "auto") plan.gpu_budget = parse_bytes(o.gpu_memory_budget, {"gpu-memory-budget"});
+  if (o.host_memory_budget != "auto") plan.host_budget = parse_bytes(o.host_memory_budget, {"host-memory-budget"});
   if (o.standardize == "on") plan.standardize = StandardizeMode::kOn;
   else if (o.standardize == "off") plan.standardize = StandardizeMode::kOff;
-  else if (o.standardize != "auto") throw UsageError("--standardize: expected auto, on or off, got \"" + o.standardize + "\"");
+  else if (o.standardize != "auto") throw UsageError(OptionName{"standardize"}, "expected auto, on or off, got \"" + o.standardize + "\"");
 }
 
 // --head x --levels x --lr x --weight-decay, each list free of repeats and each head able to
 // read each level set.
 void plan_grid(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>& lrs, const std::vector<double>& decays) {
   const auto level_sets = parse_level_sets(o.levels);
-  refuse_repeats(level_sets, "--levels", level_set_text);
+  refuse_repeats(level_sets, {"levels"}, level_set_text);
   for (const auto& set : level_sets) {
-    refuse_repeats(set, "--levels " + level_set_text(set), [](const std::string& l) { return "level " + l; });
+    refuse_repeats(set, {"levels"}, [](const std::string& l) { return "level " + l; }, level_set_text(set));
   }
-  refuse_repeats(lrs, "--lr", format_number);
-  refuse_repeats(decays, "--weight-decay", format_number);
+  refuse_repeats(lrs, {"lr"}, format_number);
+  refuse_repeats(decays, {"weight-decay"}, format_number);
   std::vector<HeadType> heads;
-  for (const auto& h : split_list(o.head, "--head")) heads.push_back(parse_head(h));
-  refuse_repeats(heads, "--head", [](HeadType t) { return std::string(head_name(t)); });
+  for (const auto& h : split_list(o.head, {"head"})) heads.push_back(parse_head(h));
+  refuse_repeats(heads, {"head"}, [](HeadType t) { return std::string(head_name(t)); });
   for (HeadType head : heads) {
     for (const auto& set : level_sets) check_head_levels(head, plan.task, set.size(), level_set_text(set));
   }
@@ -150,15 +152,15 @@ ProbePlan plan_probe(const ProbeOptions& options) {
   plan.optimizer = parse_optimizer(options.optimizer);
   plan.schedule = parse_schedule(options.schedule);
   check_training(options);
-  const std::vector<double> lrs = parse_double_list(options.lr, "--lr");
+  const std::vector<double> lrs = parse_double_list(options.lr, {"lr"});
   for (double lr : lrs) {
-    if (lr <= 0) throw UsageError("--lr: learning rates must be positive");
+    if (lr <= 0) throw UsageError(OptionName{"lr"}, "learning rates must be positive");
   }
-  const std::vector<double> decays = parse_double_list(options.weight_decay, "--weight-decay");
+  const std::vector<double> decays = parse_double_list(options.weight_decay, {"weight-decay"});
   for (double wd : decays) {
-    if (wd < 0) throw UsageError("--weight-decay: must be 0 or more");
+    if (wd < 0) throw UsageError(OptionName{"weight-decay"}, "must be 0 or more");
   }
-  if (!options.hidden.empty()) plan.hidden = parse_int_list(options.hidden, "--hidden");
+  if (!options.hidden.empty()) plan.hidden = parse_int_list(options.hidden, {"hidden"});
   plan_placement(options, plan);
   plan_grid(options, plan, lrs, decays);
   return plan;

@@ -190,7 +190,7 @@ std::string history_csv(const nlohmann::json& metrics) {
 void preflight_probe(const ProbePlan& plan) {
   std::vector<std::unique_ptr<CacheFileReader>> caches;
   for (const auto& path : plan.options.caches) caches.push_back(std::make_unique<CacheFileReader>(path));
-  if (caches.empty()) throw UsageError("--cache: at least one cache is needed");
+  if (caches.empty()) throw UsageError(OptionName{"cache"}, "at least one cache is needed");
   check_caches_for_task(caches, plan.task);
   // Each head of the grid on its level set, as build_grid will configure it: shapes come from
   // the cache, so a conv head on a vector level fails here rather than mid-study.
@@ -224,7 +224,7 @@ class Trainer {
     t_start = Clock::now();
     // The plain interpreter: same numbers on every call (no profiling-driven re-optimisation).
     torch::jit::setGraphExecutorOptimize(false);
-    if (options.out.empty()) throw UsageError("--out: required (the run directory to write)");
+    if (options.out.empty()) throw UsageError(OptionName{"out"}, "required (the run directory to write)");
     if (plan.grid.empty()) throw std::logic_error("train-probe: a plan without combinations");
     if (options.threads > 0) at::set_num_threads(options.threads);
 

@@ -27,7 +27,7 @@ StorageDtype parse_storage_dtype(const std::string& text) {
   if (text == "float32") return StorageDtype::kFloat32;
   if (text == "float16") return StorageDtype::kFloat16;
   if (text == "bfloat16") return StorageDtype::kBFloat16;
-  throw UsageError("--dtype: expected float32, float16 or bfloat16, got \"" + text + "\"");
+  throw UsageError(OptionName{"dtype"}, "expected float32, float16 or bfloat16, got \"" + text + "\"");
 }
 
 std::string to_string(StorageDtype dtype) {
@@ -71,13 +71,13 @@ Compression Compression::parse(const std::string& text) {
   if (text.rfind("gzip", 0) == 0) {
     c.kind = Kind::kGzip;
     if (text.size() > 4) {
-      if (text[4] != ':') throw UsageError("--compression: expected gzip or gzip:LEVEL, got \"" + text + "\"");
-      c.level = int(parse_int(text.substr(5), "--compression gzip level"));
-      if (c.level < 0 || c.level > 9) throw UsageError("--compression: gzip level must be 0-9");
+      if (text[4] != ':') throw UsageError(OptionName{"compression"}, "expected gzip or gzip:LEVEL, got \"" + text + "\"");
+      c.level = int(parse_int(text.substr(5), {"compression"}));
+      if (c.level < 0 || c.level > 9) throw UsageError(OptionName{"compression"}, "gzip level must be 0-9");
     }
     return c;
   }
-  throw UsageError("--compression: expected none, gzip[:LEVEL], lz4 or blosc-zstd, got \"" + text + "\"");
+  throw UsageError(OptionName{"compression"}, "expected none, gzip[:LEVEL], lz4 or blosc-zstd, got \"" + text + "\"");
 }
 
 std::string Compression::to_string() const {
