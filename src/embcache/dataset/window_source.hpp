@@ -39,8 +39,11 @@ class WindowSource {
   virtual LabelKinds label_kinds() const = 0;
   // One line saying what this is (path, format, window count), for summaries and inspect.
   virtual std::string describe() const = 0;
-  // Reads one window whole. Not thread-safe: one thread owns the source (HDF5 is not concurrent).
+  // Reads one window whole. Not thread-safe unless concurrent_reads(): one thread owns the
+  // source (HDF5 is not concurrent).
   virtual WindowData read(std::size_t index) = 0;
+  // Whether read() may run on several threads at once (then ReadAheadSource can wrap it).
+  virtual bool concurrent_reads() const { return false; }
   // Windows left out when the source was opened, with the reason ("layer not completed").
   virtual std::vector<std::pair<std::string, std::int64_t>> skipped() const { return {}; }
   // Informational signature fields (rslearn: the layers and bands read).
