@@ -39,5 +39,6 @@ if [[ ! -f $L7 ]]; then
   rm -rf "$tmp"
 fi
 JOBS=${JOBS:-$(nproc)}
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 >/dev/null
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
+  "-DEMBCACHE_SANITIZE=${EMBCACHE_SANITIZE:-}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -1,7 +1,27 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite through ctest.
+# Usage: scripts/test.sh [--sanitize] [CTEST_ARGS...]
+#   --sanitize  then builds a second tree (build-sanitize/) with AddressSanitizer and
+#               UndefinedBehaviorSanitizer and runs the whole suite again there; any report fails
+#               it. Suppressions (tests/sanitizers/) cover reports inside LibTorch, libgomp or HDF5
+#               only, each with its reason.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+sanitize=0
+if [[ ${1:-} == --sanitize ]]; then
+  sanitize=1
+  shift
+fi
+JOBS=${JOBS:-$(nproc)}
 scripts/setup.sh
-cd "${BUILD_DIR:-build}"
-ctest --output-on-failure -j "${JOBS:-$(nproc)}" --timeout 900 "$@"
+(cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j "$JOBS" --timeout 900 "$@")
+if ((sanitize)); then
+  echo "== the same suite under AddressSanitizer and UndefinedBehaviorSanitizer (build-sanitize/) =="
+  BUILD_DIR=build-sanitize EMBCACHE_SANITIZE=address,undefined scripts/setup.sh
+  supp=$PWD/tests/sanitizers
+  # detect_leaks: LibTorch and HDF5 keep allocations for the process's life (see lsan.supp).
+  export ASAN_OPTIONS="abort_on_error=0:halt_on_error=1:suppressions=$supp/asan.supp"
+  export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
+  export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp"
+  (cd build-sanitize && ctest --output-on-failure -j "$JOBS" --timeout 1800 "$@")
+fi

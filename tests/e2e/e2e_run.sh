@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
-# embcache run / report end to end: config validation reports every problem at once and runs
-# nothing; a study runs, fuses runs into passes, equals train-probe run alone, skips finished runs
-# on rerun, resumes after kill -9 without duplicates, rejects corrupted ledgers; the report's
-# charts have data; the example configs in configs/ plan cleanly.
+# embcache run / report end to end, as scenarios that ctest runs as separate entries
+# (e2e_run_SCENARIO; one failure does not hide the others): config validation reports every
+# problem at once and runs nothing; a study runs, fuses runs into passes, equals train-probe run
+# alone, skips finished runs on rerun; it resumes after kill -9 and Ctrl-C without duplicates;
+# corrupted ledgers are refused and the report's charts have data; a diverging lr costs only its
+# run; results follow the cache; the example configs in configs/ plan cleanly.
+# Usage: e2e_run.sh SCENARIO... (errors study crash ledger diverge grow configs; none = all)
 source "$(dirname "$0")/lib.sh"
 : "${PROBE_PY:?run through ctest}" "${DEMO_DATA_PY:?}"
 probe() { "$PYTHON" "$PROBE_PY" "$@"; }
@@ -10,6 +13,49 @@ probe() { "$PYTHON" "$PROBE_PY" "$@"; }
 mkdir data
 "$PYTHON" "$DEMO_DATA_PY" data --train 800 --val 200 --test 200 >/dev/null
 
+# The study most scenarios use: a precompute and two probe groups (one fuses 6 runs, one uses zip).
+write_study() {
+cat >study.json <<'JSON'
+{
+  "version": 1,
+  "output_dir": "out",
+  "defaults": {
+    "precompute": { "scale": 0.00392157, "mean": [0.286], "std": [0.353], "dtype": "float16" },
+    "probe": { "task": "classification", "cache": "enc", "epochs": 4, "batch_size": 128 }
+  },
+  "precompute": [ { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5" } ],
+  "probes": [
+    { "name": "sweep", "head": "linear", "levels": [[0], [1]], "lr": [1e-3, 1e-2, 3e-2], "bootstrap": 50 },
+    { "name": "zipped", "head": "mlp", "levels": 1, "zip": ["lr", "weight_decay"], "lr": [1e-3, 1e-2], "weight_decay": [0, 0.01] }
+  ]
+}
+JSON
+}
+
+# The study with a fourth learning rate, run to the end: 10 finished runs in out/.
+finished_study() {
+write_study
+sed -i 's/"lr": \[1e-3, 1e-2, 3e-2\]/"lr": [1e-3, 1e-2, 3e-2, 1e-1]/' study.json
+"$EMBCACHE" run study.json >run-setup.txt || fail "setup study: $(cat run-setup.txt)"
+}
+
+# start_then_signal CONFIG OUTPUT_DIR SIGNAL [CHECK]: runs the study in the background, runs
+# CHECK (a command, its output to stderr) and sends SIGNAL once the first pass is in the ledger,
+# and prints the exit status.
+start_then_signal() {
+  "$EMBCACHE" run "$1" >"$1.log" 2>&1 &
+  local pid=$! rc=0
+  for _ in $(seq 1 600); do
+    [[ -f $2/ledger.jsonl ]] && [[ $(wc -l <"$2/ledger.jsonl") -ge 2 ]] && break
+    sleep 0.05
+  done
+  [[ -z ${4:-} ]] || $4 >&2
+  kill -"$3" $pid
+  wait $pid 2>/dev/null || rc=$?
+  echo $rc
+}
+
+scenario_errors() {
 # A config with many mistakes: all reported at once, one line each, nothing created.
 cat >bad.json <<'JSON'
 {
@@ -57,39 +103,10 @@ touch afile
 expect_error 3 'output_dir: .*afile exists and is not a directory' "$EMBCACHE" run file.json
 echo '{"version": 2, "output_dir": "x", "precompute": []}' >v2.json
 expect_error 3 'version: this embcache reads study version 1' "$EMBCACHE" run v2.json
-
-# start_then_signal CONFIG OUTPUT_DIR SIGNAL [CHECK]: runs the study in the background, runs
-# CHECK (a command, its output to stderr) and sends SIGNAL once the first pass is in the ledger,
-# and prints the exit status.
-start_then_signal() {
-  "$EMBCACHE" run "$1" >"$1.log" 2>&1 &
-  local pid=$! rc=0
-  for _ in $(seq 1 600); do
-    [[ -f $2/ledger.jsonl ]] && [[ $(wc -l <"$2/ledger.jsonl") -ge 2 ]] && break
-    sleep 0.05
-  done
-  [[ -z ${4:-} ]] || $4 >&2
-  kill -"$3" $pid
-  wait $pid 2>/dev/null || rc=$?
-  echo $rc
 }
 
-# The study: a precompute and two probe groups (one fuses 6 runs, one uses zip).
-cat >study.json <<'JSON'
-{
-  "version": 1,
-  "output_dir": "out",
-  "defaults": {
-    "precompute": { "scale": 0.00392157, "mean": [0.286], "std": [0.353], "dtype": "float16" },
-    "probe": { "task": "classification", "cache": "enc", "epochs": 4, "batch_size": 128 }
-  },
-  "precompute": [ { "name": "enc", "encoder": "data/demo_encoder.pt", "dataset": "data/fashion_mnist.h5" } ],
-  "probes": [
-    { "name": "sweep", "head": "linear", "levels": [[0], [1]], "lr": [1e-3, 1e-2, 3e-2], "bootstrap": 50 },
-    { "name": "zipped", "head": "mlp", "levels": 1, "zip": ["lr", "weight_decay"], "lr": [1e-3, 1e-2], "weight_decay": [0, 0.01] }
-  ]
-}
-JSON
+scenario_study() {
+write_study
 "$EMBCACHE" run study.json --dry-run >plan.txt
 grep -q "8 probe runs (0 finished, 8 to run in 3 train-probe passes)" plan.txt || fail "dry run plan: $(cat plan.txt)"
 grep -q "sweep, 6 runs in one pass" plan.txt || fail "dry run should fuse the sweep: $(cat plan.txt)"
@@ -140,7 +157,11 @@ grep -q "will fail: --head conv needs feature maps, but level 2 is a vector" typ
 [[ $(grep -c "will fail" typo-plan.txt) -eq 2 ]] || fail "dry run: only two passes fail: $(cat typo-plan.txt)"
 expect_error 2 "typo.json: probe entry \"typo\": --levels: level '7' is not in .*; no probe pass was run" "$EMBCACHE" run typo.json
 [[ ! -e out-typo/passes && ! -e out-typo/runs ]] || fail "a pass ran before the level typo was found"
+}
 
+scenario_crash() {
+write_study
+sed -i 's/"lr": \[1e-3, 1e-2, 3e-2\]/"lr": [1e-3, 1e-2, 3e-2, 1e-1]/' study.json
 # kill -9 in the middle of a study, rerun: finished runs are kept, the rest run, no duplicates.
 sed 's/"output_dir": "out"/"output_dir": "out-kill"/; s/"epochs": 4/"epochs": 40/' study.json >kill.json
 # While it works, a second run of the same study is refused (it would train every run again);
@@ -166,7 +187,10 @@ rc=$(start_then_signal int.json out-int INT)
 "$EMBCACHE" run int.json >int2.txt
 grep -q "finished, .* to run" int2.txt && [[ $(($(wc -l <out-int/results.csv) - 1)) -eq 10 ]] || fail "rerun after Ctrl-C: $(head -1 int2.txt)"
 echo "ok: Ctrl-C stops a study with exit 130; the rerun finishes it"
+}
 
+scenario_ledger() {
+finished_study
 # Ledger damage: a torn last line is repaired; garbage or another version is refused.
 printf '{"id": "tor' >>out/ledger.jsonl
 "$EMBCACHE" run study.json >run4.txt
@@ -222,6 +246,9 @@ expect_error 3 "edited/results.jsonl: line 2 has no \"group\"" "$EMBCACHE" repor
 sed -i 2d edited/results.jsonl
 expect_error 3 "edited/results.jsonl: line 2: \"lr\" is a string, not a number" "$EMBCACHE" report edited
 [[ ! -e edited/report.html ]] || fail "a refused report wrote report.html"
+}
+
+scenario_diverge() {
 # A learning rate that diverges costs only its own run: the others of the pass finish, the
 # study goes on, and the results say which run diverged.
 cat >diverge.json <<'JSON'
@@ -252,7 +279,9 @@ assert not glob.glob(bad_dir + "/head.pt") and json.load(open(bad_dir + "/metric
 PY
 grep -q "(diverged in epoch 1)" out-diverge/report.html || fail "the report does not say which run diverged"
 echo "ok: a diverging learning rate costs only its own run"
+}
 
+scenario_grow() {
 # Results follow the cache: when a precompute changes rows (here one window's pixels), the
 # finished runs that read its cache run again; otherwise a rerun trains nothing.
 cp data/fashion_mnist.h5 grow.h5
@@ -285,7 +314,9 @@ echo "ok: runs trained on rows a precompute changed run again, and only those"
 sed -i 's/"scale": 0.00392157/"scale": 0.5/' grow.json
 expect_error 3 'grow.json: precompute "enc": .*enc.h5: this cache was made with a different preprocessing; delete it to rebuild it with this entry' \
   "$EMBCACHE" run grow.json
+}
 
+scenario_configs() {
 # The example studies in configs/ stay valid: each plans its runs against the demo data.
 mkdir -p examples/configs
 cp "$(dirname "$DEMO_DATA_PY")"/../configs/*.json examples/configs/
@@ -296,5 +327,12 @@ for c in examples/configs/*.json; do
 done
 [[ -z $(ls data | grep study-) ]] || fail "--dry-run of an example created its output_dir"
 echo "ok: configs/*.json plan cleanly"
+}
 
-echo "e2e_run: all checks passed"
+scenarios=("$@")
+((${#scenarios[@]})) || scenarios=(errors study crash ledger diverge grow configs)
+for scenario in "${scenarios[@]}"; do
+  declare -F "scenario_$scenario" >/dev/null || fail "no scenario $scenario (errors study crash ledger diverge grow configs)"
+  "scenario_$scenario"
+  echo "e2e_run $scenario: all checks passed"
+done
