@@ -32,13 +32,10 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
   std::vector<float> buffer(row * 16, 1.25f);
   const auto t0 = std::chrono::steady_clock::now();
   {
-    h5::Handle file = h5::create_file(path);
-    hsize_t dims[2] = {0, row}, maxdims[2] = {H5S_UNLIMITED, row}, chunk[2] = {1, row};
-    h5::Handle space(H5Screate_simple(2, dims, maxdims), H5Sclose);
-    h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    H5Pset_chunk(dcpl.get(), 2, chunk);
-    h5::Handle ds(H5Dcreate2(file.get(), "x", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                  H5Dclose);
+    h5::File file = h5::create_file(path);
+    const h5::Dataspace space = h5::simple_space({0, row}, {H5S_UNLIMITED, row}, path);
+    const h5::PropertyList dcpl = h5::chunked_create_plist({1, row});
+    const h5::Dataset ds = h5::create_dataset(file.get(), "x", H5T_IEEE_F32LE, space.get(), dcpl.get(), path + ":/x");
     for (std::int64_t written = 0; written < megabytes; written += 16) {
       h5::append_rows(ds.get(), H5T_NATIVE_FLOAT, 16, buffer.data(), path);
     }

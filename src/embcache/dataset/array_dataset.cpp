@@ -18,9 +18,10 @@ struct PixelType {
 
 // uint16 has no torch dtype in 1.13: HDF5 widens it to int32 exactly.
 std::optional<PixelType> pixel_type_for(hid_t file_type) {
-  const H5T_class_t cls = H5Tget_class(file_type);
-  const std::size_t size = H5Tget_size(file_type);
-  const bool is_signed = H5Tget_sign(file_type) == H5T_SGN_2;
+  const h5::TypeInfo info = h5::type_info(file_type);
+  const H5T_class_t cls = info.type_class;
+  const std::size_t size = info.size;
+  const bool is_signed = info.is_signed;
   if (cls == H5T_INTEGER) {
     if (size == 1 && !is_signed) return PixelType{H5T_NATIVE_UINT8, at::kByte};
     if (size == 2 && is_signed) return PixelType{H5T_NATIVE_INT16, at::kShort};
@@ -150,7 +151,7 @@ class ArrayDataset final : public WindowSource {
     labels_ = h5::open_dataset(file_.get(), "labels");
     const auto dims = h5::dataset_dims(labels_.get(), path_ + ":/labels");
     h5::Handle type = h5::dataset_type(labels_.get(), path_);
-    const H5T_class_t cls = H5Tget_class(type.get());
+    const H5T_class_t cls = h5::type_info(type.get()).type_class;
     if (dims.empty() || dims[0] != dims_[0] || dims.size() > 2) {
       throw InputError(path_ + ": /labels has shape " + shape_text(dims) + "; expected [" +
                        std::to_string(dims_[0]) + "] or [" + std::to_string(dims_[0]) +
@@ -187,7 +188,7 @@ class ArrayDataset final : public WindowSource {
                        std::to_string(dims_[3]) + "] to match /images");
     }
     h5::Handle type = h5::dataset_type(masks_.get(), path_);
-    if (H5Tget_class(type.get()) != H5T_INTEGER) {
+    if (h5::type_info(type.get()).type_class != H5T_INTEGER) {
       throw InputError(path_ + ": /masks must hold integer class ids, found " +
                        h5::describe_type(type.get()));
     }

@@ -74,13 +74,13 @@ void check_status(herr_t status, const char* what, const std::string& object) {
   if (status < 0) fail(what, object);
 }
 
-Handle open_file(const std::string& path, bool writable) {
+File open_file(const std::string& path, bool writable) {
   silence_errors_on_this_thread();
   const hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);
-  return Handle(check(id, "cannot open HDF5 file", path), H5Fclose);
+  return File(Handle(check(id, "cannot open HDF5 file", path), H5Fclose));
 }
 
-Handle create_file(const std::string& path) {
+File create_file(const std::string& path) {
   silence_errors_on_this_thread();
   Handle fapl(check(H5Pcreate(H5P_FILE_ACCESS), "cannot create file access list for", path),
               H5Pclose);
@@ -88,7 +88,20 @@ Handle create_file(const std::string& path) {
   check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_V18),
                "cannot set format bounds for", path);
   const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
-  return Handle(check(id, "cannot create HDF5 file", path), H5Fclose);
+  return File(Handle(check(id, "cannot create HDF5 file", path), H5Fclose));
+}
+
+void close_file(Handle& file, const std::string& path) {
+  check_status(H5Fclose(file.release()), "cannot close", path);
+}
+
+int file_descriptor(hid_t file) {
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file, H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
+    H5Eclear2(H5E_DEFAULT);
+    return -1;
+  }
+  return *static_cast<int*>(handle);
 }
 
 void flush(hid_t file, const std::string& path) {
@@ -117,22 +130,26 @@ bool exists(hid_t loc, const std::string& path) {
   }
 }
 
-Handle open_group(hid_t loc, const std::string& path) {
-  return Handle(check(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), "cannot open group", path),
-                H5Gclose);
+Group open_group(hid_t loc, const std::string& path) {
+  return Group(Handle(check(H5Gopen2(loc, path.c_str(), H5P_DEFAULT), "cannot open group", path), H5Gclose));
 }
 
-Handle create_group(hid_t loc, const std::string& path) {
-  Handle lcpl(H5Pcreate(H5P_LINK_CREATE), H5Pclose);
-  H5Pset_create_intermediate_group(lcpl.get(), 1);
-  return Handle(check(H5Gcreate2(loc, path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT),
-                      "cannot create group", path),
-                H5Gclose);
+Group create_group(hid_t loc, const std::string& path) {
+  Handle lcpl(check(H5Pcreate(H5P_LINK_CREATE), "cannot create link properties for", path), H5Pclose);
+  check_status(H5Pset_create_intermediate_group(lcpl.get(), 1), "cannot set intermediate groups for", path);
+  return Group(Handle(check(H5Gcreate2(loc, path.c_str(), lcpl.get(), H5P_DEFAULT, H5P_DEFAULT), "cannot create group", path),
+                      H5Gclose));
 }
 
-Handle open_dataset(hid_t loc, const std::string& path) {
-  return Handle(check(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), "cannot open dataset", path),
-                H5Dclose);
+Dataset open_dataset(hid_t loc, const std::string& path) {
+  return Dataset(Handle(check(H5Dopen2(loc, path.c_str(), H5P_DEFAULT), "cannot open dataset", path), H5Dclose));
+}
+
+Dataset create_dataset(hid_t loc, const std::string& name, hid_t type, hid_t space, hid_t create_plist,
+                       const std::string& where) {
+  return Dataset(Handle(check(H5Dcreate2(loc, name.c_str(), type, space, H5P_DEFAULT, create_plist, H5P_DEFAULT),
+                              "cannot create dataset", where),
+                        H5Dclose));
 }
 
 namespace {
@@ -151,20 +168,16 @@ std::int64_t next_prime(std::int64_t n) {
 
 }  // namespace
 
-Handle open_dataset_for_rows(hid_t loc, const std::string& path, std::int64_t max_cache_bytes,
-                             std::int64_t* row_chunk_bytes) {
+Dataset open_dataset_for_rows(hid_t loc, const std::string& path, std::int64_t max_cache_bytes,
+                              std::int64_t* row_chunk_bytes) {
   if (row_chunk_bytes) *row_chunk_bytes = 0;
-  Handle dataset = open_dataset(loc, path);
-  Handle dcpl = dataset_create_plist(dataset.get(), path);
-  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return dataset;
+  Dataset dataset = open_dataset(loc, path);
+  const ChunkLayout layout = chunk_layout(dataset.get(), path);
+  if (!layout.chunked) return dataset;
   const std::vector<hsize_t> dims = dataset_dims(dataset.get(), path);
-  std::vector<hsize_t> chunk(dims.size(), 1);
-  if (dims.empty() || H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data()) != int(dims.size())) {
-    return dataset;
-  }
-  if (chunk[0] <= 1) return dataset;
-  Handle type = dataset_type(dataset.get(), path);
-  std::int64_t chunk_bytes = std::int64_t(H5Tget_size(type.get()));
+  const std::vector<hsize_t>& chunk = layout.chunk;
+  if (dims.empty() || chunk.size() != dims.size() || chunk[0] <= 1) return dataset;
+  std::int64_t chunk_bytes = std::int64_t(type_info(dataset_type(dataset.get(), path).get()).size);
   std::int64_t chunks_per_row = 1;
   for (std::size_t d = 0; d < dims.size(); ++d) {
     chunk_bytes *= std::int64_t(chunk[d]);
@@ -182,7 +195,7 @@ Handle open_dataset_for_rows(hid_t loc, const std::string& path, std::int64_t ma
                                   H5D_CHUNK_CACHE_W0_DEFAULT),
                "cannot size the chunk cache of", path);
   dataset.reset();
-  return Handle(check(H5Dopen2(loc, path.c_str(), dapl.get()), "cannot open dataset", path), H5Dclose);
+  return Dataset(Handle(check(H5Dopen2(loc, path.c_str(), dapl.get()), "cannot open dataset", path), H5Dclose));
 }
 
 std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path) {
@@ -190,43 +203,149 @@ std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path) {
   const int rank = H5Sget_simple_extent_ndims(space.get());
   if (rank < 0) fail("cannot get rank of", path);
   std::vector<hsize_t> dims(std::size_t(rank), 0);
-  if (rank > 0) H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  if (rank > 0) check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "cannot get dimensions of", path);
   return dims;
 }
 
-Handle dataset_type(hid_t dataset, const std::string& path) {
-  return Handle(check(H5Dget_type(dataset), "cannot get type of", path), H5Tclose);
+Datatype dataset_type(hid_t dataset, const std::string& path) {
+  return Datatype(Handle(check(H5Dget_type(dataset), "cannot get type of", path), H5Tclose));
 }
 
-Handle dataset_create_plist(hid_t dataset, const std::string& path) {
-  return Handle(check(H5Dget_create_plist(dataset), "cannot get creation properties of", path),
-                H5Pclose);
+PropertyList dataset_create_plist(hid_t dataset, const std::string& path) {
+  return PropertyList(Handle(check(H5Dget_create_plist(dataset), "cannot get creation properties of", path), H5Pclose));
+}
+
+void set_extent(hid_t dataset, const std::vector<hsize_t>& dims, const std::string& path) {
+  check_status(H5Dset_extent(dataset, dims.data()), "cannot extend", path);
+}
+
+void write_whole(hid_t dataset, hid_t mem_type, const void* data, const std::string& path) {
+  hsize_t total = 1;
+  for (auto d : dataset_dims(dataset, path)) total *= d;
+  if (total == 0) return;
+  check_status(H5Dwrite(dataset, mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "cannot write", path);
+}
+
+Dataspace simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& maxdims, const std::string& path) {
+  return Dataspace(Handle(check(H5Screate_simple(int(dims.size()), dims.data(), maxdims.empty() ? nullptr : maxdims.data()),
+                                "cannot create a dataspace for", path),
+                          H5Sclose));
+}
+
+Dataspace scalar_space() {
+  return Dataspace(Handle(check(H5Screate(H5S_SCALAR), "cannot create", "a scalar dataspace"), H5Sclose));
+}
+
+PropertyList chunked_create_plist(const std::vector<hsize_t>& chunk) {
+  PropertyList dcpl(Handle(check(H5Pcreate(H5P_DATASET_CREATE), "cannot create", "dataset properties"), H5Pclose));
+  check_status(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), "cannot set chunking", "");
+  return dcpl;
+}
+
+void add_shuffle(hid_t create_plist) { check_status(H5Pset_shuffle(create_plist), "cannot set", "shuffle"); }
+
+void add_deflate(hid_t create_plist, unsigned level) {
+  check_status(H5Pset_deflate(create_plist, level), "cannot set", "gzip");
+}
+
+void add_filter(hid_t create_plist, H5Z_filter_t filter, const std::vector<unsigned>& values, const std::string& name) {
+  check_status(H5Pset_filter(create_plist, filter, H5Z_FLAG_MANDATORY, values.size(), values.data()), "cannot set", name);
+}
+
+void add_fletcher32(hid_t create_plist) { check_status(H5Pset_fletcher32(create_plist), "cannot set", "fletcher32"); }
+
+bool filter_available(H5Z_filter_t filter) {
+  const htri_t available = H5Zfilter_avail(filter);
+  H5Eclear2(H5E_DEFAULT);
+  return available > 0;
+}
+
+ChunkLayout chunk_layout(hid_t dataset, const std::string& path) {
+  const PropertyList dcpl = dataset_create_plist(dataset, path);
+  ChunkLayout layout;
+  const H5D_layout_t kind = H5Pget_layout(dcpl.get());
+  if (kind < 0) fail("cannot get the layout of", path);
+  layout.chunked = kind == H5D_CHUNKED;
+  if (!layout.chunked) return layout;
+  const int rank = int(dataset_dims(dataset, path).size());
+  layout.chunk.assign(std::size_t(rank), 0);
+  if (H5Pget_chunk(dcpl.get(), rank, layout.chunk.data()) != rank) fail("cannot get the chunk shape of", path);
+  const int filters = H5Pget_nfilters(dcpl.get());
+  if (filters < 0) fail("cannot count the filters of", path);
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0;
+    std::size_t values = 0;
+    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &values, nullptr, 0, nullptr, nullptr);
+    if (id < 0) fail("cannot read the filters of", path);
+    layout.filters.push_back(id);
+  }
+  return layout;
+}
+
+void write_chunk(hid_t dataset, const std::vector<hsize_t>& offset, std::size_t bytes, const void* data,
+                 const std::string& path) {
+  check_status(H5Dwrite_chunk(dataset, H5P_DEFAULT, 0, offset.data(), bytes, data), "cannot write a chunk of", path);
+}
+
+bool read_plain_chunk(hid_t dataset, const std::vector<hsize_t>& offset, void* out) {
+  std::uint32_t filter_mask = 0;
+  if (H5Dread_chunk(dataset, H5P_DEFAULT, offset.data(), &filter_mask, out) < 0 || filter_mask != 0) {
+    H5Eclear2(H5E_DEFAULT);
+    return false;
+  }
+  return true;
+}
+
+ChunkLocation chunk_location(hid_t dataset, const std::vector<hsize_t>& offset, const std::string& path) {
+  ChunkLocation location;
+  check_status(H5Dget_chunk_info_by_coord(dataset, offset.data(), &location.filter_mask, &location.address, &location.size),
+               "cannot locate a chunk of", path);
+  return location;
 }
 
 std::int64_t storage_size(hid_t dataset) { return std::int64_t(H5Dget_storage_size(dataset)); }
 
-Handle copy_type(hid_t type) {
-  return Handle(check(H5Tcopy(type), "cannot copy type", ""), H5Tclose);
+Datatype copy_type(hid_t type) {
+  return Datatype(Handle(check(H5Tcopy(type), "cannot copy type", ""), H5Tclose));
 }
 
-Handle float16_type() {
-  Handle t = copy_type(H5T_IEEE_F32LE);
+TypeInfo type_info(hid_t type) {
+  TypeInfo info;
+  info.type_class = H5Tget_class(type);
+  if (info.type_class == H5T_NO_CLASS) fail("cannot get the class of", "a datatype");
+  info.size = H5Tget_size(type);
+  if (info.size == 0) fail("cannot get the size of", "a datatype");
+  if (info.type_class == H5T_INTEGER) {
+    const H5T_sign_t sign = H5Tget_sign(type);
+    if (sign == H5T_SGN_ERROR) fail("cannot get the sign of", "a datatype");
+    info.is_signed = sign == H5T_SGN_2;
+  }
+  if (info.type_class == H5T_STRING) {
+    const htri_t variable = H5Tis_variable_str(type);
+    if (variable < 0) fail("cannot tell the string kind of", "a datatype");
+    info.variable_string = variable > 0;
+  }
+  return info;
+}
+
+Datatype float16_type() {
+  Datatype t = copy_type(H5T_IEEE_F32LE);
   check_status(H5Tset_fields(t.get(), 15, 10, 5, 0, 10), "cannot build", "float16 type");
   check_status(H5Tset_size(t.get(), 2), "cannot build", "float16 type");
   check_status(H5Tset_ebias(t.get(), 15), "cannot build", "float16 type");
   return t;
 }
 
-Handle bfloat16_type() {
-  Handle t = copy_type(H5T_IEEE_F32LE);
+Datatype bfloat16_type() {
+  Datatype t = copy_type(H5T_IEEE_F32LE);
   check_status(H5Tset_fields(t.get(), 15, 7, 8, 0, 7), "cannot build", "bfloat16 type");
   check_status(H5Tset_size(t.get(), 2), "cannot build", "bfloat16 type");
   check_status(H5Tset_ebias(t.get(), 127), "cannot build", "bfloat16 type");
   return t;
 }
 
-Handle vlen_utf8_type() {
-  Handle t = copy_type(H5T_C_S1);
+Datatype vlen_utf8_type() {
+  Datatype t = copy_type(H5T_C_S1);
   check_status(H5Tset_size(t.get(), H5T_VARIABLE), "cannot build", "string type");
   check_status(H5Tset_cset(t.get(), H5T_CSET_UTF8), "cannot build", "string type");
   return t;
@@ -247,19 +366,15 @@ bool is_float16(hid_t type) { return float_layout_is(type, 2, 5, 10); }
 bool is_bfloat16(hid_t type) { return float_layout_is(type, 2, 8, 7); }
 
 std::string describe_type(hid_t type) {
-  const H5T_class_t cls = H5Tget_class(type);
-  const std::size_t size = H5Tget_size(type);
-  if (cls == H5T_FLOAT) {
+  const TypeInfo info = type_info(type);
+  if (info.type_class == H5T_FLOAT) {
     if (is_float16(type)) return "float16";
     if (is_bfloat16(type)) return "bfloat16";
-    return "float" + std::to_string(8 * size);
+    return "float" + std::to_string(8 * info.size);
   }
-  if (cls == H5T_INTEGER) {
-    const bool is_signed = H5Tget_sign(type) == H5T_SGN_2;
-    return std::string(is_signed ? "int" : "uint") + std::to_string(8 * size);
-  }
-  if (cls == H5T_STRING) return "string";
-  return "class " + std::to_string(int(cls));
+  if (info.type_class == H5T_INTEGER) return std::string(info.is_signed ? "int" : "uint") + std::to_string(8 * info.size);
+  if (info.type_class == H5T_STRING) return "string";
+  return "class " + std::to_string(int(info.type_class));
 }
 
 namespace {
@@ -268,8 +383,9 @@ Handle row_selection(hid_t dataset, hsize_t start, hsize_t count, const std::str
                      Handle* mem_space) {
   Handle space(check(H5Dget_space(dataset), "cannot get dataspace of", path), H5Sclose);
   const int rank = H5Sget_simple_extent_ndims(space.get());
+  if (rank < 1) fail("cannot get rows of", path);
   std::vector<hsize_t> dims(static_cast<std::size_t>(rank));
-  H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr);
+  check(H5Sget_simple_extent_dims(space.get(), dims.data(), nullptr), "cannot get dimensions of", path);
   if (start + count > dims[0]) {
     throw IoError("rows " + std::to_string(start) + ".." + std::to_string(start + count) +
                   " are outside " + path + " (" + std::to_string(dims[0]) + " rows)");
@@ -331,21 +447,22 @@ std::vector<std::string> read_strings(hid_t dataset, hsize_t start, hsize_t coun
   std::vector<std::string> values;
   if (count == 0) return values;
   Handle file_type = dataset_type(dataset, path);
-  if (H5Tget_class(file_type.get()) != H5T_STRING) {
+  const TypeInfo info = type_info(file_type.get());
+  if (info.type_class != H5T_STRING) {
     throw InputError(path + ": expected strings, found " + describe_type(file_type.get()));
   }
   values.reserve(count);
-  if (H5Tis_variable_str(file_type.get()) > 0) {
+  if (info.variable_string) {
     Handle mem_type = vlen_utf8_type();
     std::vector<char*> pointers(count, nullptr);
     read_rows(dataset, mem_type.get(), start, count, pointers.data(), path);
     for (char* p : pointers) values.emplace_back(p != nullptr ? p : "");
-    Handle mem_space(H5Screate_simple(1, &count, nullptr), H5Sclose);
-    H5Dvlen_reclaim(mem_type.get(), mem_space.get(), H5P_DEFAULT, pointers.data());
+    const Dataspace mem_space = simple_space({count}, {}, path);
+    check_status(H5Dvlen_reclaim(mem_type.get(), mem_space.get(), H5P_DEFAULT, pointers.data()), "cannot free strings of", path);
   } else {
-    const std::size_t width = H5Tget_size(file_type.get());
+    const std::size_t width = info.size;
     Handle mem_type = copy_type(H5T_C_S1);
-    H5Tset_size(mem_type.get(), width);
+    check_status(H5Tset_size(mem_type.get(), width), "cannot build a string type for", path);
     std::vector<char> buffer(width * count);
     read_rows(dataset, mem_type.get(), start, count, buffer.data(), path);
     for (hsize_t i = 0; i < count; ++i) {
@@ -359,7 +476,7 @@ std::vector<std::string> read_strings(hid_t dataset, hsize_t start, hsize_t coun
 namespace {
 
 void replace_attr(hid_t loc, const std::string& name, hid_t type, hid_t space, const void* data) {
-  if (H5Aexists(loc, name.c_str()) > 0) H5Adelete(loc, name.c_str());
+  if (has_attr(loc, name)) check_status(H5Adelete(loc, name.c_str()), "cannot replace attribute", name);
   Handle attr(check(H5Acreate2(loc, name.c_str(), type, space, H5P_DEFAULT, H5P_DEFAULT),
                     "cannot create attribute", name),
               H5Aclose);
@@ -370,31 +487,35 @@ void replace_attr(hid_t loc, const std::string& name, hid_t type, hid_t space, c
 
 void write_attr(hid_t loc, const std::string& name, const std::string& value) {
   Handle type = vlen_utf8_type();
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Dataspace space = scalar_space();
   const char* p = value.c_str();
   replace_attr(loc, name, type.get(), space.get(), &p);
 }
 
 void write_attr(hid_t loc, const std::string& name, std::int64_t value) {
-  Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+  const Dataspace space = scalar_space();
   replace_attr(loc, name, H5T_NATIVE_INT64, space.get(), &value);
 }
 
 void write_attr(hid_t loc, const std::string& name, const std::vector<std::int64_t>& values) {
-  const hsize_t n = values.size();
-  Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
+  const Dataspace space = simple_space({hsize_t(values.size())}, {}, name);
   replace_attr(loc, name, H5T_NATIVE_INT64, space.get(), values.data());
 }
 
-bool has_attr(hid_t loc, const std::string& name) { return H5Aexists(loc, name.c_str()) > 0; }
+bool has_attr(hid_t loc, const std::string& name) {
+  const htri_t found = H5Aexists(loc, name.c_str());
+  if (found < 0) fail("cannot look up attribute", name);
+  return found > 0;
+}
 
 std::optional<std::string> read_attr_string(hid_t loc, const std::string& name) {
   if (!has_attr(loc, name)) return std::nullopt;
   Handle attr(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), "cannot open attribute", name),
               H5Aclose);
-  Handle type(H5Aget_type(attr.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_STRING) return std::nullopt;
-  if (H5Tis_variable_str(type.get()) > 0) {
+  Handle type(check(H5Aget_type(attr.get()), "cannot get the type of attribute", name), H5Tclose);
+  const TypeInfo info = type_info(type.get());
+  if (info.type_class != H5T_STRING) return std::nullopt;
+  if (info.variable_string) {
     Handle mem_type = vlen_utf8_type();
     char* p = nullptr;
     check_status(H5Aread(attr.get(), mem_type.get(), &p), "cannot read attribute", name);
@@ -402,10 +523,10 @@ std::optional<std::string> read_attr_string(hid_t loc, const std::string& name) 
     H5free_memory(p);
     return value;
   }
-  const std::size_t width = H5Tget_size(type.get());
+  const std::size_t width = info.size;
   std::string buffer(width, '\0');
   Handle mem_type = copy_type(H5T_C_S1);
-  H5Tset_size(mem_type.get(), width);
+  check_status(H5Tset_size(mem_type.get(), width), "cannot build a string type for attribute", name);
   check_status(H5Aread(attr.get(), mem_type.get(), buffer.data()), "cannot read attribute", name);
   buffer.resize(strnlen(buffer.data(), width));
   return buffer;
@@ -415,8 +536,8 @@ std::optional<std::int64_t> read_attr_int(hid_t loc, const std::string& name) {
   if (!has_attr(loc, name)) return std::nullopt;
   Handle attr(check(H5Aopen(loc, name.c_str(), H5P_DEFAULT), "cannot open attribute", name),
               H5Aclose);
-  Handle type(H5Aget_type(attr.get()), H5Tclose);
-  if (H5Tget_class(type.get()) != H5T_INTEGER) return std::nullopt;
+  Handle type(check(H5Aget_type(attr.get()), "cannot get the type of attribute", name), H5Tclose);
+  if (type_info(type.get()).type_class != H5T_INTEGER) return std::nullopt;
   std::int64_t value = 0;
   check_status(H5Aread(attr.get(), H5T_NATIVE_INT64, &value), "cannot read attribute", name);
   return value;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace embcache::h5 {
@@ -38,6 +39,21 @@ class Handle {
   Closer closer_ = nullptr;
 };
 
+// Typed handles: what kind of object an hid_t names, in its C++ type. Each converts (moving) to
+// a plain Handle, so code that holds one keeps working.
+template <class Kind>
+class Typed : public Handle {
+ public:
+  Typed() = default;
+  explicit Typed(Handle handle) : Handle(std::move(handle)) {}
+};
+using File = Typed<struct FileKind>;
+using Group = Typed<struct GroupKind>;
+using Dataset = Typed<struct DatasetKind>;
+using Dataspace = Typed<struct DataspaceKind>;
+using PropertyList = Typed<struct PropertyListKind>;
+using Datatype = Typed<struct DatatypeKind>;
+
 // HDF5 prints its error stack to stderr by default; embcache reports errors itself. The setting
 // is per thread in the thread-safe build, so every thread that calls HDF5 calls this first.
 void silence_errors_on_this_thread();
@@ -49,34 +65,83 @@ hid_t check(hid_t id, const char* what, const std::string& object);
 void check_status(herr_t status, const char* what, const std::string& object);
 
 // Files
-Handle open_file(const std::string& path, bool writable);
-Handle create_file(const std::string& path);  // truncates
+File open_file(const std::string& path, bool writable);
+File create_file(const std::string& path);  // truncates
 void flush(hid_t file, const std::string& path);
 bool is_hdf5(const std::string& path);
+// Closes `file` and checks the close: a full disk shows up here as often as in writes. Every
+// object opened in the file must be closed first.
+void close_file(Handle& file, const std::string& path);
+// The file's descriptor (for fallocate, writeback hints), or -1 when its driver has none.
+int file_descriptor(hid_t file);
 
 // Links, groups, datasets
 bool exists(hid_t loc, const std::string& path);  // checks each component of a/b/c
-Handle open_group(hid_t loc, const std::string& path);
-Handle create_group(hid_t loc, const std::string& path);
-Handle open_dataset(hid_t loc, const std::string& path);
+Group open_group(hid_t loc, const std::string& path);
+Group create_group(hid_t loc, const std::string& path);  // with missing parents
+Dataset open_dataset(hid_t loc, const std::string& path);
+// `where` names the dataset in errors ("cache.h5:/levels/2").
+Dataset create_dataset(hid_t loc, const std::string& name, hid_t type, hid_t space, hid_t create_plist,
+                       const std::string& where);
 // Opens a dataset that is read one row (index along dimension 0) at a time, with a chunk cache
 // that holds every chunk one row touches, up to `max_cache_bytes`. A chunk that spans several
 // rows is then read and decompressed once, not once per row (HDF5's default cache is 1 MiB).
 // Returns the bytes the chunks of one row take in `*row_chunk_bytes` (0: not chunked, or one
 // row per chunk, which needs no cache). HDF5 keeps the cache of the first opening while a dataset
 // is open, so the caller must not hold it open already.
-Handle open_dataset_for_rows(hid_t loc, const std::string& path, std::int64_t max_cache_bytes,
-                             std::int64_t* row_chunk_bytes = nullptr);
+Dataset open_dataset_for_rows(hid_t loc, const std::string& path, std::int64_t max_cache_bytes,
+                              std::int64_t* row_chunk_bytes = nullptr);
 std::vector<hsize_t> dataset_dims(hid_t dataset, const std::string& path);
-Handle dataset_type(hid_t dataset, const std::string& path);
-Handle dataset_create_plist(hid_t dataset, const std::string& path);
+Datatype dataset_type(hid_t dataset, const std::string& path);
+PropertyList dataset_create_plist(hid_t dataset, const std::string& path);
 std::int64_t storage_size(hid_t dataset);
+void set_extent(hid_t dataset, const std::vector<hsize_t>& dims, const std::string& path);
+// Writes a dataset whole from `data` (nothing for an empty one).
+void write_whole(hid_t dataset, hid_t mem_type, const void* data, const std::string& path);
+
+// Dataspaces
+Dataspace simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& maxdims, const std::string& path);
+Dataspace scalar_space();
+
+// Dataset creation properties: chunking, then filters in the order they are added.
+PropertyList chunked_create_plist(const std::vector<hsize_t>& chunk);
+void add_shuffle(hid_t create_plist);
+void add_deflate(hid_t create_plist, unsigned level);
+void add_filter(hid_t create_plist, H5Z_filter_t filter, const std::vector<unsigned>& values, const std::string& name);
+void add_fletcher32(hid_t create_plist);
+bool filter_available(H5Z_filter_t filter);
+struct ChunkLayout {
+  bool chunked = false;
+  std::vector<hsize_t> chunk;          // one extent per dimension (chunked only)
+  std::vector<H5Z_filter_t> filters;   // in pipeline order
+};
+ChunkLayout chunk_layout(hid_t dataset, const std::string& path);
+
+// Chunks as stored (direct chunk I/O: the caller does what the filters would).
+void write_chunk(hid_t dataset, const std::vector<hsize_t>& offset, std::size_t bytes, const void* data,
+                 const std::string& path);
+// False (HDF5's error stack cleared) when the chunk is not stored, or was stored through a filter
+// the mask says was skipped: then read it the normal way.
+bool read_plain_chunk(hid_t dataset, const std::vector<hsize_t>& offset, void* out);
+struct ChunkLocation {
+  haddr_t address = HADDR_UNDEF;  // byte offset in the file
+  hsize_t size = 0;               // stored bytes
+  unsigned filter_mask = 0;       // filters skipped for this chunk (0: all applied)
+};
+ChunkLocation chunk_location(hid_t dataset, const std::vector<hsize_t>& offset, const std::string& path);
 
 // Types
-Handle copy_type(hid_t type);
-Handle float16_type();   // IEEE half, read by h5py as numpy float16
-Handle bfloat16_type();  // bfloat16 as a custom 16-bit float; h5py reads it with .astype('f4')
-Handle vlen_utf8_type();
+Datatype copy_type(hid_t type);
+Datatype float16_type();   // IEEE half, read by h5py as numpy float16
+Datatype bfloat16_type();  // bfloat16 as a custom 16-bit float; h5py reads it with .astype('f4')
+Datatype vlen_utf8_type();
+struct TypeInfo {
+  H5T_class_t type_class = H5T_NO_CLASS;
+  std::size_t size = 0;
+  bool is_signed = false;        // integers
+  bool variable_string = false;  // strings
+};
+TypeInfo type_info(hid_t type);
 bool is_float16(hid_t type);
 bool is_bfloat16(hid_t type);
 std::string describe_type(hid_t type);

@@ -113,20 +113,15 @@ namespace {
 // when the layout does not allow it (compressed, or chunks that split rows): use H5Dread then.
 bool read_rows_by_chunks(hid_t ds, std::int64_t start, std::int64_t count, std::size_t row_bytes,
                          void* out, const std::string& where) {
-  h5::Handle dcpl = h5::dataset_create_plist(ds, where);
-  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return false;
-  const int nfilters = H5Pget_nfilters(dcpl.get());
+  const h5::ChunkLayout layout = h5::chunk_layout(ds, where);
+  if (!layout.chunked) return false;
   bool checksum = false;
-  for (int i = 0; i < nfilters; ++i) {
-    unsigned flags = 0;
-    std::size_t cd_count = 0;
-    const H5Z_filter_t id = H5Pget_filter2(dcpl.get(), unsigned(i), &flags, &cd_count, nullptr, 0, nullptr, nullptr);
+  for (const H5Z_filter_t id : layout.filters) {
     if (id != H5Z_FILTER_FLETCHER32) return false;
     checksum = true;
   }
   const std::vector<hsize_t> dims = h5::dataset_dims(ds, where);
-  std::vector<hsize_t> chunk(dims.size());
-  H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data());
+  const std::vector<hsize_t>& chunk = layout.chunk;
   for (std::size_t d = 1; d < dims.size(); ++d) {
     if (chunk[d] != dims[d]) return false;
   }
@@ -142,11 +137,7 @@ bool read_rows_by_chunks(hid_t ds, std::int64_t start, std::int64_t count, std::
     offset[0] = first;
     // Uncompressed chunks all have the same stored size, so no per-chunk size lookup. A chunk
     // that is not there (or any surprise) sends the whole read down HDF5's normal path.
-    std::uint32_t filter_mask = 0;
-    if (H5Dread_chunk(ds, H5P_DEFAULT, offset.data(), &filter_mask, raw.data()) < 0 || filter_mask != 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return false;
-    }
+    if (!h5::read_plain_chunk(ds, offset, raw.data())) return false;
     if (checksum) {
       if (!stored_checksum_matches(raw.data(), data_bytes)) {
         throw IoError(where + ": checksum mismatch in the chunk at row " + std::to_string(first) +
@@ -246,11 +237,9 @@ at::Tensor CacheFileReader::read_pixel_values(std::int64_t start, std::int64_t c
 std::int64_t CacheFileReader::chunk_rows() const {
   if (levels_.empty() || rows_ == 0) return 1;
   h5::Handle ds = h5::open_dataset(file_.get(), std::string(cache_paths::kLevels) + "/" + levels_[0].name);
-  h5::Handle dcpl = h5::dataset_create_plist(ds.get(), path_);
-  if (H5Pget_layout(dcpl.get()) != H5D_CHUNKED) return std::min<std::int64_t>(rows_, 64);
-  std::vector<hsize_t> chunk(levels_[0].row_shape.size() + 1);
-  H5Pget_chunk(dcpl.get(), int(chunk.size()), chunk.data());
-  return std::max<std::int64_t>(1, std::int64_t(chunk[0]));
+  const h5::ChunkLayout layout = h5::chunk_layout(ds.get(), path_);
+  if (!layout.chunked) return std::min<std::int64_t>(rows_, 64);
+  return std::max<std::int64_t>(1, std::int64_t(layout.chunk[0]));
 }
 
 }  // namespace embcache

@@ -61,16 +61,11 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
       dims.push_back(hsize_t(d));
       maxdims.push_back(hsize_t(d));
     }
-    h5::Handle space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), maxdims.data()),
-                               "cannot create dataspace for", name),
-                     H5Sclose);
+    const h5::Dataspace space = h5::simple_space(dims, maxdims, name);
     std::vector<hsize_t> chunk = chunk_shape(level.row_shape, elem);
     chunk[0] = chunk_rows_;  // at most the level's own chunk rows: chunk_rows_ is their minimum
     h5::Handle dcpl = feature_create_plist(chunk, storage_);
-    h5::Handle ds(h5::check(H5Dcreate2(root, name.c_str(), storage_type_.get(), space.get(),
-                                       H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                            "cannot create dataset", path_ + ":/" + name),
-                  H5Dclose);
+    h5::Dataset ds = h5::create_dataset(root, name, storage_type_.get(), space.get(), dcpl.get(), path_ + ":/" + name);
     h5::write_attr(ds.get(), "level_index", level.index);
     h5::write_attr(ds.get(), "channels", level.row_shape.empty() ? 0 : level.row_shape[0]);
     h5::write_attr(ds.get(), "stride", level.stride);
@@ -105,14 +100,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
   }
 }
 
-int CacheFileWriter::file_descriptor() const {
-  void* handle = nullptr;
-  if (H5Fget_vfd_handle(file_.get(), H5P_DEFAULT, &handle) < 0 || handle == nullptr) {
-    H5Eclear2(H5E_DEFAULT);
-    return -1;
-  }
-  return *static_cast<int*>(handle);
-}
+int CacheFileWriter::file_descriptor() const { return h5::file_descriptor(file_.get()); }
 
 h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
                                           std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
@@ -126,14 +114,10 @@ h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
   if (slash != std::string::npos && !h5::exists(file_.get(), name.substr(0, slash))) {
     h5::create_group(file_.get(), name.substr(0, slash));
   }
-  h5::Handle space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), maxdims.data()),
-                             "cannot create dataspace for", name),
-                   H5Sclose);
-  h5::Handle dcpl = column_create_plist(chunk, H5Tis_variable_str(type) <= 0);
-  return h5::Handle(h5::check(H5Dcreate2(file_.get(), name.c_str(), type, space.get(), H5P_DEFAULT,
-                                         dcpl.get(), H5P_DEFAULT),
-                              "cannot create dataset", path_ + ":/" + name),
-                    H5Dclose);
+  const h5::Dataspace space = h5::simple_space(dims, maxdims, name);
+  // HDF5 allows no filters, fletcher32 included, on variable-length strings.
+  h5::Handle dcpl = column_create_plist(chunk, !h5::type_info(type).variable_string);
+  return h5::create_dataset(file_.get(), name, type, space.get(), dcpl.get(), path_ + ":/" + name);
 }
 
 std::vector<hsize_t> CacheFileWriter::capped(std::vector<hsize_t> chunk) const {
@@ -148,12 +132,10 @@ h5::Handle CacheFileWriter::create_dense_label_dataset(const char* name, hid_t t
   const auto chunk = capped(chunk_shape({height, width}, 4));
   std::vector<hsize_t> dims{0, hsize_t(height), hsize_t(width)};
   std::vector<hsize_t> maxdims{H5S_UNLIMITED, hsize_t(height), hsize_t(width)};
-  h5::Handle space(H5Screate_simple(3, dims.data(), maxdims.data()), H5Sclose);
+  const h5::Dataspace space = h5::simple_space(dims, maxdims, path_ + ":/" + name);
   if (!h5::exists(file_.get(), "labels")) h5::create_group(file_.get(), "labels");
   h5::Handle dcpl = feature_create_plist(chunk, storage);
-  return h5::Handle(h5::check(H5Dcreate2(file_.get(), name, type, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                              "cannot create dataset", path_ + ":/" + name),
-                    H5Dclose);
+  return h5::create_dataset(file_.get(), name, type, space.get(), dcpl.get(), path_ + ":/" + name);
 }
 
 void CacheFileWriter::create_mask_dataset(std::int64_t height, std::int64_t width) {
@@ -240,7 +222,7 @@ void CacheFileWriter::append_direct(std::size_t level, std::uint8_t* data, std::
     const std::string where = path_ + ":/levels/" + levels_[level].name;
     std::vector<hsize_t> dims = h5::dataset_dims(level_datasets_[level].get(), where);
     dims[0] = hsize_t(d.rows_written) + full_rows;
-    h5::check_status(H5Dset_extent(level_datasets_[level].get(), dims.data()), "cannot extend", where);
+    h5::set_extent(level_datasets_[level].get(), dims, where);
   }
   while (rows > 0) {
     if (d.pending_rows == 0 && rows > chunk_rows) {
@@ -289,9 +271,13 @@ void CacheFileWriter::write_chunk(std::size_t level, std::uint8_t* rows, const s
   for (int b = 0; b < 4; ++b) rows[data_bytes + std::size_t(b)] = std::uint8_t(sum >> (8 * b));
   std::vector<hsize_t> offset(levels_[level].row_shape.size() + 1, 0);
   offset[0] = hsize_t(d.rows_written);  // the extent was set by append_direct
-  const herr_t status = H5Dwrite_chunk(level_datasets_[level].get(), H5P_DEFAULT, 0, offset.data(), data_bytes + 4, rows);
-  std::memcpy(rows + data_bytes, borrowed, 4);
-  h5::check_status(status, "cannot write a chunk of", where);
+  // The borrowed bytes go back even when the write fails.
+  struct Restore {
+    std::uint8_t* at;
+    const std::uint8_t* saved;
+    ~Restore() { std::memcpy(at, saved, 4); }
+  } restore{rows + data_bytes, borrowed};
+  h5::write_chunk(level_datasets_[level].get(), offset, data_bytes + 4, rows, where);
   d.rows_written += std::int64_t(chunk_rows);
 }
 
@@ -342,16 +328,12 @@ std::int64_t CacheFileWriter::written_chunks(std::size_t level) const {
 CacheFileWriter::ChunkLocation CacheFileWriter::chunk_location(std::size_t level, std::int64_t chunk) const {
   std::vector<hsize_t> offset(levels_.at(level).row_shape.size() + 1, 0);
   offset[0] = hsize_t(chunk) * chunk_rows_;
-  unsigned filter_mask = 0;
-  haddr_t address = 0;
-  hsize_t size = 0;
   const std::string where = path_ + ":/levels/" + levels_[level].name;
-  h5::check_status(H5Dget_chunk_info_by_coord(level_datasets_[level].get(), offset.data(), &filter_mask, &address, &size),
-                   "cannot locate a chunk of", where);
-  if (address == HADDR_UNDEF || filter_mask != 0) {
+  const h5::ChunkLocation at = h5::chunk_location(level_datasets_[level].get(), offset, where);
+  if (at.address == HADDR_UNDEF || at.filter_mask != 0) {
     throw Error(ExitCode::kInternal, where + ": chunk " + std::to_string(chunk) + " is not stored as written");
   }
-  return {std::uint64_t(address), std::uint64_t(size)};
+  return {std::uint64_t(at.address), std::uint64_t(at.size)};
 }
 
 std::vector<std::uint8_t> CacheFileWriter::rows_bytes(std::size_t level, std::int64_t first) const {
@@ -390,8 +372,7 @@ void CacheFileWriter::close() {
   level_datasets_.clear();
   label_class_.reset(); label_value_.reset(); label_mask_.reset(); label_pixel_value_.reset();
   // Close explicitly to see the error (disk full shows up here as often as in writes).
-  const herr_t status = H5Fclose(file_.release());
-  h5::check_status(status, "cannot close", path_);
+  h5::close_file(file_, path_);
   if (reservation_) reservation_->release(path_);
 }
 

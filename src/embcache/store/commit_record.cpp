@@ -22,17 +22,9 @@ std::string level_group(std::size_t level) { return std::string(kCommitGroup) + 
 // A 1-D or 2-D dataset written whole (contiguous; records are small and written once).
 void write_array(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims,
                  const void* data, const std::string& where) {
-  h5::Handle space(h5::check(H5Screate_simple(int(dims.size()), dims.data(), nullptr), "cannot create dataspace for", where),
-                   H5Sclose);
-  h5::Handle ds(h5::check(H5Dcreate2(loc, name.c_str(), file_type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                          "cannot create dataset", where + ":/" + name),
-                H5Dclose);
-  hsize_t total = 1;
-  for (auto d : dims) total *= d;
-  if (total > 0) {
-    h5::check_status(H5Dwrite(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), "cannot write",
-                     where + ":/" + name);
-  }
+  const h5::Dataspace space = h5::simple_space(dims, {}, where + ":/" + name);
+  const h5::Dataset ds = h5::create_dataset(loc, name, file_type, space.get(), H5P_DEFAULT, where + ":/" + name);
+  h5::write_whole(ds.get(), mem_type, data, where + ":/" + name);
 }
 
 nlohmann::json levels_to_json(const std::vector<LevelSpec>& levels) {
@@ -84,7 +76,7 @@ void write_commit_record(const std::string& path, const Signature& signature, co
     h5::write_attr(level.get(), "tail_first", r.tail_first);
   }
   group = h5::Handle();
-  h5::check_status(H5Fclose(file.release()), "cannot close", path);
+  h5::close_file(file, path);
 }
 
 RecordedChunks::RecordedChunks(std::string file) : file_(std::move(file)) {

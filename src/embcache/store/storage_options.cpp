@@ -13,9 +13,7 @@ constexpr H5Z_filter_t kBloscFilter = 32001;
 constexpr unsigned kBloscZstd = 5;
 
 void require_filter(H5Z_filter_t id, const std::string& name, const std::string& package) {
-  const htri_t available = H5Zfilter_avail(id);
-  H5Eclear2(H5E_DEFAULT);
-  if (available <= 0) {
+  if (!h5::filter_available(id)) {
     throw UsageError("--compression " + name + ": the HDF5 filter plugin is not installed; "
                      "install the Debian package " + package + " or use gzip/none");
   }
@@ -105,33 +103,30 @@ std::vector<hsize_t> chunk_shape(const std::vector<std::int64_t>& row_shape, std
   return chunk;
 }
 
-h5::Handle feature_create_plist(const std::vector<hsize_t>& chunk, const StorageOptions& options) {
-  h5::Handle dcpl(h5::check(H5Pcreate(H5P_DATASET_CREATE), "cannot create", "dataset properties"),
-                  H5Pclose);
-  h5::check_status(H5Pset_chunk(dcpl.get(), int(chunk.size()), chunk.data()), "cannot set chunking", "");
+h5::PropertyList feature_create_plist(const std::vector<hsize_t>& chunk, const StorageOptions& options) {
+  h5::PropertyList dcpl = h5::chunked_create_plist(chunk);
   switch (options.compression.kind) {
     case Compression::Kind::kNone: break;
     case Compression::Kind::kGzip:
-      h5::check_status(H5Pset_shuffle(dcpl.get()), "cannot set", "shuffle");
-      h5::check_status(H5Pset_deflate(dcpl.get(), unsigned(options.compression.level)), "cannot set", "gzip");
+      h5::add_shuffle(dcpl.get());
+      h5::add_deflate(dcpl.get(), unsigned(options.compression.level));
       break;
     case Compression::Kind::kLz4:
       require_filter(kLz4Filter, "lz4", "hdf5-filter-plugin");
-      h5::check_status(H5Pset_filter(dcpl.get(), kLz4Filter, H5Z_FLAG_MANDATORY, 0, nullptr), "cannot set", "lz4");
+      h5::add_filter(dcpl.get(), kLz4Filter, {}, "lz4");
       break;
     case Compression::Kind::kBloscZstd: {
       require_filter(kBloscFilter, "blosc-zstd", "hdf5-filter-plugin-blosc-serial");
       // cd_values 0-3 are filled in by the filter; then level, shuffle (1 = byte), compressor.
-      const unsigned cd[7] = {0, 0, 0, 0, 1, 1, kBloscZstd};
-      h5::check_status(H5Pset_filter(dcpl.get(), kBloscFilter, H5Z_FLAG_MANDATORY, 7, cd), "cannot set", "blosc");
+      h5::add_filter(dcpl.get(), kBloscFilter, {0, 0, 0, 0, 1, 1, kBloscZstd}, "blosc");
       break;
     }
   }
-  if (options.checksum) h5::check_status(H5Pset_fletcher32(dcpl.get()), "cannot set", "fletcher32");
+  if (options.checksum) h5::add_fletcher32(dcpl.get());
   return dcpl;
 }
 
-h5::Handle column_create_plist(const std::vector<hsize_t>& chunk, bool checksum) {
+h5::PropertyList column_create_plist(const std::vector<hsize_t>& chunk, bool checksum) {
   StorageOptions plain;
   plain.checksum = checksum;
   return feature_create_plist(chunk, plain);

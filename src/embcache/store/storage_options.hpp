@@ -46,9 +46,9 @@ std::vector<hsize_t> chunk_shape(const std::vector<std::int64_t>& row_shape, std
 // The dataset creation property list for features: chunking, then shuffle + filter, then
 // fletcher32 (last, so it checks the bytes as stored). Throws UsageError when a filter plugin is
 // missing.
-h5::Handle feature_create_plist(const std::vector<hsize_t>& chunk, const StorageOptions& options);
+h5::PropertyList feature_create_plist(const std::vector<hsize_t>& chunk, const StorageOptions& options);
 // For index and label columns: chunked, checksummed when `checksum` (HDF5 allows no filters on
 // variable-length strings), never compressed.
-h5::Handle column_create_plist(const std::vector<hsize_t>& chunk, bool checksum);
+h5::PropertyList column_create_plist(const std::vector<hsize_t>& chunk, bool checksum);
 
 }  // namespace embcache
