@@ -17,6 +17,7 @@
 #include "embcache/core/files.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/pipeline/precompute.hpp"
+#include "embcache/probe/run_outputs.hpp"
 #include "embcache/probe/trainer.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_store.hpp"

@@ -9,11 +9,9 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <iomanip>
 #include <limits>
 #include <map>
 #include <set>
-#include <sstream>
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/device.hpp"
@@ -27,6 +25,7 @@
 #include "embcache/probe/heads.hpp"
 #include "embcache/probe/metrics.hpp"
 #include "embcache/probe/optimizer.hpp"
+#include "embcache/probe/run_outputs.hpp"
 #include "embcache/probe/tier_choice.hpp"
 
 namespace embcache {
@@ -171,21 +170,6 @@ struct ChannelStats {
 };
 
 }  // namespace
-
-std::string history_csv(const nlohmann::json& metrics) {
-  const std::string primary = metrics.value("primary_metric", std::string());
-  std::ostringstream csv;
-  csv << "epoch,combination,head,levels,lr,weight_decay,train_loss,val_" << primary << ",seconds\n";
-  for (const auto& row : metrics["history"]) {
-    const auto& v = row["val"].value(primary, nlohmann::json(nullptr));
-    csv << row["epoch"].get<std::int64_t>() << "," << csv_field(row["combination"].get<std::string>()) << ","
-        << row["head"].get<std::string>() << "," << row["levels"].get<std::string>() << ","
-        << format_number(row["lr_base"].get<double>()) << "," << format_number(row["weight_decay"].get<double>()) << ","
-        << format_number(row["train_loss"].get<double>()) << "," << (v.is_number() ? format_number(v.get<double>()) : "")
-        << "," << format_number(row["seconds"].get<double>()) << "\n";
-  }
-  return csv.str();
-}
 
 void preflight_probe(const ProbePlan& plan) {
   std::vector<std::unique_ptr<CacheFileReader>> caches;
@@ -496,51 +480,13 @@ class Trainer {
     }
   }
 
-  ProbeResult write_outputs() {
-    ProbeData& data = *data_;
-    // Outputs.
-    std::error_code ec;
-    std::filesystem::create_directories(options.out, ec);
-    if (ec) throw IoError("--out " + options.out + ": cannot create the run directory (" + ec.message() + ")");
-    const Combination& winner = combos[best];
-    banks[winner.bank].heads.save_member(winner.member, options.out + "/head.pt.tmp");
-    if (std::rename((options.out + "/head.pt.tmp").c_str(), (options.out + "/head.pt").c_str()) != 0) {
-      throw IoError("--out " + options.out + ": cannot move head.pt into place");
-    }
+  CombinationResult result_of(const Combination& c) const {
+    return {c.id, head_name(c.head.type), c.head.levels, c.lr, c.weight_decay, c.best_epoch, c.diverged_epoch,
+            c.best_value, c.best_val, c.test, c.test_ci};
+  }
 
-    nlohmann::json j;
-    j["embcache_version"] = EMBCACHE_VERSION;
-    j["options"] = probe_options_to_json(options);
-    j["task"] = task_name(task);
-    j["num_outputs"] = data.num_outputs();
-    if (!data.caches().front()->label_kinds().class_names.empty()) {
-      j["class_names"] = data.caches().front()->label_kinds().class_names;
-    }
-    j["primary_metric"] = primary;
-    j["splits"] = {{"train", {{"name", data.train().name}, {"rows", data.train().size()}}},
-                   {"val", {{"name", data.val().name}, {"rows", data.val().size()}}},
-                   {"test", {{"name", data.test().name}, {"rows", data.test().size()}}}};
-    j["device"] = device.str();
-    j["best"] = {{"combination", winner.id}, {"head", head_name(winner.head.type)}, {"levels", winner.head.levels},
-                 {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
-    j["val"] = winner.best_val;
-    j["test"] = winner.test.is_null() ? nlohmann::json::object() : winner.test;
-    if (!winner.test_ci.is_null()) j["test_ci95"] = winner.test_ci;
-    nlohmann::json grid = nlohmann::json::array();
-    for (const auto& c : combos) {
-      nlohmann::json row = {{"combination", c.id}, {"head", head_name(c.head.type)}, {"levels", c.head.levels},
-                            {"lr", c.lr}, {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch},
-                            {"val", c.best_val.is_null() ? nlohmann::json::object() : c.best_val}, {"test", c.test.is_null() ? nlohmann::json::object() : c.test}};
-      if (!c.test_ci.is_null()) row["test_ci95"] = c.test_ci;
-      if (c.diverged_epoch > 0) row["diverged_epoch"] = c.diverged_epoch;
-      grid.push_back(row);
-    }
-    j["combinations"] = grid;
-    j["history"] = history;
-    const double total_seconds = seconds_since(t_start);
-    j["timing"] = {{"train_seconds", train_seconds}, {"load_seconds", load_seconds}, {"total_seconds", total_seconds},
-                   {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
-                   {"heads", combos.size()}, {"banks", banks.size()}};
+  // How the features were fed: the three splits' feeds together, the tiers and the budgets.
+  nlohmann::json data_json() const {
     FeedStats total = train_feed->stats();
     for (const FeatureFeed* f : {val_feed.get(), test_feed.get()}) {
       if (!f) continue;
@@ -551,63 +497,78 @@ class Trainer {
       total.rows_read += s.rows_read;
       total.rows_used += s.rows_used;
     }
-    nlohmann::json data_json = total.to_json(tier);
-    data_json["wait_fraction"] = train_seconds > 0 ? (train_feed->stats().wait_seconds - wait_before_training) / train_seconds : 0.0;
-    data_json["host_memory_budget"] = host_budget;
-    data_json["val_tier"] = tier_name(val_tier);
-    if (device.is_cuda()) data_json["gpu_memory_budget"] = gpu_budget;
-    data_json["bytes_needed_resident"] = needed;
-    data_json["peak_rss_bytes"] = peak_rss_bytes();
-    j["data"] = data_json;
-    std::vector<std::string> warnings = data_->warnings();
-    warnings.insert(warnings.end(), warnings_.begin(), warnings_.end());
-    if (!warnings.empty()) j["warnings"] = warnings;
+    nlohmann::json j = total.to_json(tier);
+    j["wait_fraction"] = train_seconds > 0 ? (train_feed->stats().wait_seconds - wait_before_training) / train_seconds : 0.0;
+    j["host_memory_budget"] = host_budget;
+    j["val_tier"] = tier_name(val_tier);
+    if (device.is_cuda()) j["gpu_memory_budget"] = gpu_budget;
+    j["bytes_needed_resident"] = needed;
+    j["peak_rss_bytes"] = peak_rss_bytes();
+    return j;
+  }
 
-    write_text_atomically(options.out + "/history.csv", history_csv(j), "--out");
-    write_text_atomically(options.out + "/metrics.json", j.dump(2) + "\n", "--out");
+  RunFacts run_facts() const {
+    const ProbeData& data = *data_;
+    RunFacts facts;
+    facts.options = probe_options_to_json(options);
+    facts.task = task_name(task);
+    facts.num_outputs = data.num_outputs();
+    facts.class_names = data.caches().front()->label_kinds().class_names;
+    facts.primary_metric = primary;
+    facts.splits = {{"train", {{"name", data.train().name}, {"rows", data.train().size()}}},
+                    {"val", {{"name", data.val().name}, {"rows", data.val().size()}}},
+                    {"test", {{"name", data.test().name}, {"rows", data.test().size()}}}};
+    facts.device = device.str();
+    facts.history = history;
+    facts.timing = {{"train_seconds", train_seconds}, {"load_seconds", load_seconds}, {"total_seconds", seconds_since(t_start)},
+                    {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
+                    {"heads", combos.size()}, {"banks", banks.size()}};
+    facts.data = data_json();
+    facts.warnings = data.warnings();
+    facts.warnings.insert(facts.warnings.end(), warnings_.begin(), warnings_.end());
+    return facts;
+  }
 
-    if (hooks.on_combination) {
-      for (std::size_t i = 0; i < combos.size(); ++i) {
-        const Combination& c = combos[i];
-        CombinationOutcome outcome;
-        outcome.index = i;
-        outcome.id = c.id;
-        outcome.head = head_name(c.head.type);
-        outcome.levels = c.head.levels;
-        outcome.levels_requested = c.levels_requested;
-        outcome.lr = c.lr;
-        outcome.weight_decay = c.weight_decay;
-        outcome.best_epoch = c.best_epoch;
-        outcome.diverged_epoch = c.diverged_epoch;
-        outcome.val = c.best_val.is_null() ? nlohmann::json::object() : c.best_val;
-        outcome.test = c.test.is_null() ? nlohmann::json::object() : c.test;
-        outcome.test_ci95 = c.test_ci;
-        outcome.best = i == best;
-        outcome.run_metrics = &j;
-        outcome.history = nlohmann::json::array();
-        for (const auto& row : history) {
-          if (row["combination"] == c.id) outcome.history.push_back(row);
-        }
-        const HeadBank& bank = banks[c.bank].heads;
-        const std::int64_t member = c.member;
-        outcome.save_head = [&bank, member](const std::string& path) { bank.save_member(member, path); };
-        hooks.on_combination(outcome);
+  // Each combination's outcome, by its index in the plan's grid (a study writes a run of each).
+  void report_combinations(const nlohmann::json& metrics, const std::vector<CombinationResult>& results) const {
+    if (!hooks.on_combination) return;
+    for (std::size_t i = 0; i < combos.size(); ++i) {
+      const Combination& c = combos[i];
+      CombinationOutcome outcome;
+      outcome.index = i;
+      outcome.id = c.id;
+      outcome.head = head_name(c.head.type);
+      outcome.levels = c.head.levels;
+      outcome.levels_requested = c.levels_requested;
+      outcome.lr = c.lr;
+      outcome.weight_decay = c.weight_decay;
+      outcome.best_epoch = c.best_epoch;
+      outcome.diverged_epoch = c.diverged_epoch;
+      outcome.val = metrics["combinations"][i]["val"];
+      outcome.test = metrics["combinations"][i]["test"];
+      outcome.test_ci95 = results[i].test_ci95;
+      outcome.best = i == best;
+      outcome.run_metrics = &metrics;
+      outcome.history = nlohmann::json::array();
+      for (const auto& row : history) {
+        if (row["combination"] == c.id) outcome.history.push_back(row);
       }
+      const HeadBank& bank = banks[c.bank].heads;
+      const std::int64_t member = c.member;
+      outcome.save_head = [&bank, member](const std::string& path) { bank.save_member(member, path); };
+      hooks.on_combination(outcome);
     }
+  }
 
-    std::ostringstream line;
-    line << std::fixed << std::setprecision(4);  // metrics as in a study's results table: 0.6840
-    line << "train-probe: best " << winner.id << " (epoch " << winner.best_epoch << "): val " << primary << " "
-         << winner.best_value;
-    if (j["test"].contains(primary) && j["test"][primary].is_number()) {
-      line << ", test " << primary << " " << j["test"][primary].get<double>();
-    }
-    line << "; " << combos.size() << " head" << (combos.size() == 1 ? "" : "s") << ", " << epochs_run << " epoch"
-         << (epochs_run == 1 ? "" : "s") << ", "
-         << std::fixed << std::setprecision(1) << train_seconds << " s, " << std::setprecision(0)
-         << j["timing"]["samples_per_second"].get<double>() << " samples/s, tier " << tier_name(tier) << " -> "
-         << options.out;
-    return {j, line.str()};
+  ProbeResult write_outputs() {
+    std::vector<CombinationResult> results;
+    for (const auto& c : combos) results.push_back(result_of(c));
+    const nlohmann::json metrics = metrics_json(run_facts(), results, best);
+    const Combination& winner = combos[best];
+    const HeadBank& bank = banks[winner.bank].heads;
+    write_run_dir(options.out, metrics, [&](const std::string& path) { bank.save_member(winner.member, path); });
+    report_combinations(metrics, results);
+    return {metrics, run_summary_line(metrics, results[best], epochs_run, train_seconds, options.out)};
   }
 
   const ProbePlan& plan;

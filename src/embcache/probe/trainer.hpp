@@ -42,8 +42,6 @@ struct ProbeHooks {
 // task's labels, and hold every level of the grid, in a shape its head can read.
 void preflight_probe(const ProbePlan& plan);
 
-// RUN_DIR/history.csv from a metrics.json object: one row per epoch and combination.
-std::string history_csv(const nlohmann::json& metrics);
 
 // Writes RUN_DIR/metrics.json, history.csv and head.pt. Throws UsageError/InputError/IoError
 // with one line; Interrupted after Ctrl-C (nothing is written then).

@@ -1,0 +1,97 @@
+#include "embcache/probe/run_outputs.hpp"
+
+#include <cstdio>
+#include <filesystem>
+#include <iomanip>
+#include <sstream>
+
+#include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
+#include "embcache/core/parse.hpp"
+
+namespace embcache {
+namespace {
+
+nlohmann::json or_empty(const nlohmann::json& j) { return j.is_null() ? nlohmann::json::object() : j; }
+
+}  // namespace
+
+nlohmann::json metrics_json(const RunFacts& facts, const std::vector<CombinationResult>& results, std::size_t best) {
+  const CombinationResult& winner = results.at(best);
+  nlohmann::json j;
+  j["embcache_version"] = EMBCACHE_VERSION;
+  j["options"] = facts.options;
+  j["task"] = facts.task;
+  j["num_outputs"] = facts.num_outputs;
+  if (!facts.class_names.empty()) j["class_names"] = facts.class_names;
+  j["primary_metric"] = facts.primary_metric;
+  j["splits"] = facts.splits;
+  j["device"] = facts.device;
+  j["best"] = {{"combination", winner.id}, {"head", winner.head}, {"levels", winner.levels},
+               {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
+  j["val"] = winner.val;
+  j["test"] = or_empty(winner.test);
+  if (!winner.test_ci95.is_null()) j["test_ci95"] = winner.test_ci95;
+  nlohmann::json grid = nlohmann::json::array();
+  for (const auto& c : results) {
+    nlohmann::json row = {{"combination", c.id}, {"head", c.head}, {"levels", c.levels}, {"lr", c.lr},
+                          {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch},
+                          {"val", or_empty(c.val)}, {"test", or_empty(c.test)}};
+    if (!c.test_ci95.is_null()) row["test_ci95"] = c.test_ci95;
+    if (c.diverged_epoch > 0) row["diverged_epoch"] = c.diverged_epoch;
+    grid.push_back(row);
+  }
+  j["combinations"] = grid;
+  j["history"] = facts.history;
+  j["timing"] = facts.timing;
+  j["data"] = facts.data;
+  if (!facts.warnings.empty()) j["warnings"] = facts.warnings;
+  return j;
+}
+
+std::string history_csv(const nlohmann::json& metrics) {
+  const std::string primary = metrics.value("primary_metric", std::string());
+  std::ostringstream csv;
+  csv << "epoch,combination,head,levels,lr,weight_decay,train_loss,val_" << primary << ",seconds\n";
+  for (const auto& row : metrics["history"]) {
+    const auto& v = row["val"].value(primary, nlohmann::json(nullptr));
+    csv << row["epoch"].get<std::int64_t>() << "," << csv_field(row["combination"].get<std::string>()) << ","
+        << row["head"].get<std::string>() << "," << row["levels"].get<std::string>() << ","
+        << format_number(row["lr_base"].get<double>()) << "," << format_number(row["weight_decay"].get<double>()) << ","
+        << format_number(row["train_loss"].get<double>()) << "," << (v.is_number() ? format_number(v.get<double>()) : "")
+        << "," << format_number(row["seconds"].get<double>()) << "\n";
+  }
+  return csv.str();
+}
+
+std::string run_summary_line(const nlohmann::json& metrics, const CombinationResult& best, std::int64_t epochs_run,
+                             double train_seconds, const std::string& out) {
+  const std::string primary = metrics.value("primary_metric", std::string());
+  const std::size_t heads = metrics["combinations"].size();
+  std::ostringstream line;
+  line << std::fixed << std::setprecision(4);  // metrics as in a study's results table: 0.6840
+  line << "train-probe: best " << best.id << " (epoch " << best.best_epoch << "): val " << primary << " " << best.best_value;
+  if (metrics["test"].contains(primary) && metrics["test"][primary].is_number()) {
+    line << ", test " << primary << " " << metrics["test"][primary].get<double>();
+  }
+  line << "; " << heads << " head" << (heads == 1 ? "" : "s") << ", " << epochs_run << " epoch" << (epochs_run == 1 ? "" : "s")
+       << ", " << std::fixed << std::setprecision(1) << train_seconds << " s, " << std::setprecision(0)
+       << metrics["timing"]["samples_per_second"].get<double>() << " samples/s, tier " << metrics["data"]["tier"].get<std::string>()
+       << " -> " << out;
+  return line.str();
+}
+
+void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
+                   const std::function<void(const std::string& path)>& save_head) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw IoError("--out " + dir + ": cannot create the run directory (" + ec.message() + ")");
+  save_head(dir + "/head.pt.tmp");
+  if (std::rename((dir + "/head.pt.tmp").c_str(), (dir + "/head.pt").c_str()) != 0) {
+    throw IoError("--out " + dir + ": cannot move head.pt into place");
+  }
+  write_text_atomically(dir + "/history.csv", history_csv(metrics), "--out");
+  write_text_atomically(dir + "/metrics.json", metrics.dump(2) + "\n", "--out");
+}
+
+}  // namespace embcache
