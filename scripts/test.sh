@@ -1,17 +1,20 @@
 #!/usr/bin/env bash
 # Installs dependencies, builds, and runs the whole test suite through ctest.
-# Usage: scripts/test.sh [--sanitize] [CTEST_ARGS...]
+# Usage: scripts/test.sh [--sanitize] [--tsan] [CTEST_ARGS...]
 #   --sanitize  then builds a second tree (build-sanitize/) with AddressSanitizer and
 #               UndefinedBehaviorSanitizer and runs the whole suite again there; any report fails
 #               it. Suppressions (tests/sanitizers/) cover reports inside LibTorch, libgomp or HDF5
 #               only, each with its reason.
+#   --tsan      then builds build-tsan/ with ThreadSanitizer and runs the tests it gives a clean
+#               signal on (TSAN_TESTS below; docs/architecture.md says what it covers and why).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-sanitize=0
-if [[ ${1:-} == --sanitize ]]; then
-  sanitize=1
+sanitize=0 tsan=0
+while [[ ${1:-} == --sanitize || ${1:-} == --tsan ]]; do
+  [[ $1 == --sanitize ]] && sanitize=1
+  [[ $1 == --tsan ]] && tsan=1
   shift
-fi
+done
 JOBS=${JOBS:-$(nproc)}
 scripts/setup.sh
 (cd "${BUILD_DIR:-build}" && ctest --output-on-failure -j "$JOBS" --timeout 900 "$@")
@@ -24,4 +27,10 @@ if ((sanitize)); then
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp"
   (cd build-sanitize && ctest --output-on-failure -j "$JOBS" --timeout 1800 "$@")
+fi
+if ((tsan)); then
+  echo "== the threaded tests under ThreadSanitizer (build-tsan/) =="
+  BUILD_DIR=build-tsan EMBCACHE_SANITIZE=thread scripts/setup.sh
+  export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
+  (cd build-tsan && ctest --output-on-failure -j "$JOBS" --timeout 1800 -R "${TSAN_TESTS:-^(unit_core|unit_pipeline|unit_batch)$}")
 fi

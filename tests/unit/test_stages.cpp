@@ -231,4 +231,21 @@ TEST_CASE("the serial executor writes the cache the threaded one writes, bit for
   REQUIRE(rerun.crops_skipped == 7 * 4);
 }
 
+TEST_CASE("a compressed cache's rows get their checksums off the I/O thread, like an uncompressed one's") {
+  testing::TempDir dir;
+  for (const char* compression : {"none", "gzip"}) {
+    CAPTURE(compression);
+    PrecomputeOptions o = small_run(dir, dir.file(std::string("c-") + compression + ".h5"));
+    o.compression = compression;
+    o.batch_size = "8";
+    const PrecomputeSummary s = run_precompute(plan_precompute(o));
+    REQUIRE(s.crops_computed == 7 * 4);
+    // Every whole chunk of the file being built came with its rows' checksums.
+    REQUIRE(s.chunks_checksummed_on_io_thread == 0);
+    const CacheFileReader reader(o.out);
+    REQUIRE(reader.storage().compression.to_string() == Compression::parse(compression).to_string());
+    REQUIRE(reader.rows() == 7 * 4);
+  }
+}
+
 }  // TEST_SUITE

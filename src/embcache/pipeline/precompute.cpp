@@ -157,7 +157,9 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
       PrepStage(queues.raw, queues.crops, windows, std::move(prep), store.committed(), priority),
       IoStage(*source, queues.raw, queues.rows, store, context, priority, progress, stages.prep.skipped),
       EncodeStage(queues.crops, queues.encoded, *encoder, std::move(encode), priority, context),
-      ConvertStage(queues.encoded, queues.rows, plan.storage, plan.allow_nonfinite, labels, context, priority)};
+      // The rows go into the file being built (uncompressed): checksums for its direct chunk
+      // writes are computed here, off the I/O thread, whatever the cache's compression.
+      ConvertStage(queues.encoded, queues.rows, store.building_storage(), plan.allow_nonfinite, labels, context, priority)};
   if (hooks.serial) {
     run_serial(stages, context);
   } else {
@@ -173,6 +175,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   summary.superseded_rows = consolidated.superseded_rows;
   summary.rows_copied_at_end = consolidated.copied_rows;
   summary.recovered_rows = store.recovered_rows();
+  summary.chunks_checksummed_on_io_thread = store.chunks_checksummed_while_writing();
   summary.interrupted = stop_requested();
   if (std::filesystem::exists(plan.out)) summary.cache_bytes = std::int64_t(std::filesystem::file_size(plan.out));
   summary.seconds = seconds_since(started);

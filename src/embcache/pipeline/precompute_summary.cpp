@@ -40,6 +40,7 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["superseded_rows"] = superseded_rows;
   j["rows_copied_at_end"] = rows_copied_at_end;
   j["recovered_rows"] = recovered_rows;
+  j["chunks_checksummed_on_io_thread"] = chunks_checksummed_on_io_thread;
   j["interrupted"] = interrupted;
   return j;
 }

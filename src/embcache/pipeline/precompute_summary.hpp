@@ -42,6 +42,7 @@ struct PrecomputeSummary {
   std::int64_t superseded_rows = 0;
   std::int64_t rows_copied_at_end = 0;  // 0 unless compression or stale rows made the end copy rows
   std::int64_t recovered_rows = 0;      // rows an interrupted run had committed, installed first
+  std::int64_t chunks_checksummed_on_io_thread = 0;  // whole chunks of this run without row checksums
   std::vector<std::int64_t> input_shape;  // [C, h, w] of one crop given to the encoder (empty: none)
   bool interrupted = false;
   nlohmann::json to_json() const;

@@ -264,6 +264,7 @@ void CacheFileWriter::write_chunk(std::size_t level, std::uint8_t* rows, const s
   const std::string where = path_ + ":/levels/" + levels_[level].name;
   const std::size_t chunk_rows = std::size_t(chunk_rows_);
   const std::size_t data_bytes = chunk_rows * d.row_bytes;
+  if (!row_sums) ++chunks_checksummed_here_;
   const std::uint32_t sum = row_sums ? fletcher32_of_rows(row_sums, chunk_rows, d.row_bytes) : fletcher32(rows, data_bytes);
   // HDF5 stores the checksum right after the data, and H5Dwrite_chunk takes one buffer.
   std::uint8_t borrowed[4];

@@ -68,6 +68,9 @@ class CacheFileWriter {
   // whole-chunk level, first must be written_chunks() * chunk_rows(); other levels are read back.
   std::vector<std::uint8_t> rows_bytes(std::size_t level, std::int64_t first) const;
   std::int64_t feature_bytes() const { return feature_bytes_; }
+  // Whole chunks whose checksum this writer computed itself, on the writing thread, because
+  // their rows came without row checksums (RowBatch::row_checksums).
+  std::int64_t chunks_checksummed_here() const { return chunks_checksummed_here_; }
   const std::string& path() const { return path_; }
 
  private:
@@ -119,6 +122,7 @@ class CacheFileWriter {
   // After file_: destroyed first, so the file stays open until every requested range is done.
   std::unique_ptr<BackgroundWriteback> writeback_;
   std::int64_t feature_bytes_ = 0;
+  std::int64_t chunks_checksummed_here_ = 0;
 };
 
 }  // namespace embcache

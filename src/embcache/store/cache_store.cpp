@@ -247,14 +247,19 @@ void CacheStore::set_levels(std::vector<LevelSpec> levels) {
   adopt_levels(std::move(levels));
 }
 
+StorageOptions CacheStore::building_storage() const {
+  StorageOptions building = storage_;
+  building.compression = Compression{};
+  return building;
+}
+
 void CacheStore::start_building() {
   std::error_code ec;
   fs::create_directories(segments_dir_, ec);
   if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message());
   // Built uncompressed: its chunks are written whole by us, and committed chunks are never
   // rewritten. A compressed cache is compressed once, by the copy at the end.
-  StorageOptions building = storage_;
-  building.compression = Compression{};
+  const StorageOptions building = building_storage();
   std::unique_ptr<CacheFileReader> old;
   if (main_exists_) old = std::make_unique<CacheFileReader>(path_);
   const std::int64_t old_rows = old ? old->rows() : 0;
@@ -278,7 +283,9 @@ void CacheStore::start_building() {
 void CacheStore::append(const RowBatch& batch, const std::function<void()>& between_chunks) {
   if (batch.size() == 0) return;
   if (!next_) start_building();
+  const std::int64_t checksummed_before = next_->chunks_checksummed_here();
   next_->append(batch, between_chunks);
+  checksummed_while_writing_ += next_->chunks_checksummed_here() - checksummed_before;
   RowBatch index = batch;
   index.levels.clear();
   index.row_checksums.clear();

@@ -71,6 +71,12 @@ class CacheStore {
   bool cache_exists() const { return main_exists_; }
   // Rows an interrupted run had committed, installed by the constructor.
   std::int64_t recovered_rows() const { return recovered_rows_; }
+  // The storage of the file a run builds: the cache's, uncompressed (a compressed cache is
+  // compressed once, by the copy at the end). Rows for it need checksums when it has them.
+  StorageOptions building_storage() const;
+  // Chunks of this run's rows whose checksum the writing thread computed (their rows came
+  // without row checksums); recovered or old rows copied into the new file are not counted.
+  std::int64_t chunks_checksummed_while_writing() const { return checksummed_while_writing_; }
   // An upper bound of the rows this run appends: small caches get chunks no larger than needed.
   void expect_rows(std::int64_t rows) { expected_rows_ = rows; }
 
@@ -127,7 +133,8 @@ class CacheStore {
   std::int64_t superseded_ = 0;          // appended rows whose key an older row has
   std::int64_t expected_rows_ = 0;
   std::int64_t recovered_rows_ = 0;
-  std::int64_t writeback_mark_ = 0;      // feature bytes of next_ at the last writeback
+  std::int64_t writeback_mark_ = 0;
+  std::int64_t checksummed_while_writing_ = 0;  // chunks_checksummed_here() of next_ for this run's rows      // feature bytes of next_ at the last writeback
 };
 
 // Makes `path`'s content durable (fsync of a file or directory).
