@@ -39,6 +39,8 @@ if [[ ! -f $L7 ]]; then
   rm -rf "$tmp"
 fi
 JOBS=${JOBS:-$(nproc)}
+# ccache then keys on paths relative to the checkout, so a fresh clone elsewhere (CI) reuses it.
+export CCACHE_BASEDIR="$PWD"
 cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
   "-DEMBCACHE_SANITIZE=${EMBCACHE_SANITIZE:-}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"

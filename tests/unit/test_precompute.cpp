@@ -57,17 +57,7 @@ struct Setup {
   }
 
   PrecomputeOptions options(const std::string& encoder = "multi_scripted.pt") const {
-    PrecomputeOptions o;
-    o.encoder = testing::fixture(encoder);
-    o.dataset = dataset;
-    o.out = cache;
-    o.crop_size = "16";
-    o.overlap = 4;
-    o.batch_size = "4";
-    o.threads = 1;
-    o.quiet = true;
-    o.fsync = false;
-    return o;
+    return testing::small_precompute(encoder, dataset, cache);
   }
 };
 

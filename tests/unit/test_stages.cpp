@@ -42,17 +42,7 @@ PrecomputeOptions small_run(const testing::TempDir& dir, const std::string& out)
   spec.masks = at::randint(0, 4, {7, 20, 24}).to(at::kInt);
   spec.ignore_index = 255;
   testing::write_array_dataset(dir.file("data.h5"), spec);
-  PrecomputeOptions o;
-  o.encoder = testing::fixture("multi_scripted.pt");
-  o.dataset = dir.file("data.h5");
-  o.out = out;
-  o.crop_size = "16";
-  o.overlap = 4;
-  o.batch_size = "4";
-  o.threads = 1;
-  o.quiet = true;
-  o.fsync = false;
-  return o;
+  return testing::small_precompute("multi_scripted.pt", dir.file("data.h5"), out);
 }
 
 }  // namespace

@@ -90,4 +90,18 @@ std::string fixture(const std::string& name) {
   return std::string(dir) + "/" + name;
 }
 
+PrecomputeOptions small_precompute(const std::string& encoder, const std::string& dataset, const std::string& out) {
+  PrecomputeOptions o;
+  o.encoder = fixture(encoder);
+  o.dataset = dataset;
+  o.out = out;
+  o.crop_size = "16";
+  o.overlap = 4;
+  o.batch_size = "4";
+  o.threads = 1;
+  o.quiet = true;
+  o.fsync = false;
+  return o;
+}
+
 }  // namespace embcache::testing

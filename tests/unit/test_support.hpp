@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "embcache/pipeline/precompute_options.hpp"
+
 namespace embcache::testing {
 
 class TempDir {
@@ -38,5 +40,9 @@ void overwrite_image_row(const std::string& path, std::int64_t row, const at::Te
 
 // Directory holding the encoders exported by tests/python/fixtures.py (set by ctest).
 std::string fixture(const std::string& name);
+
+// The options of the tests' small precompute: the fixture `encoder` over `dataset` into `out`,
+// 16-pixel crops overlapping by 4, batches of 4, one thread, quiet, no fsync.
+PrecomputeOptions small_precompute(const std::string& encoder, const std::string& dataset, const std::string& out);
 
 }  // namespace embcache::testing
