@@ -29,8 +29,15 @@ if ((sanitize)); then
   (cd build-sanitize && ctest --output-on-failure -j "$JOBS" --timeout 1800 "$@")
 fi
 if ((tsan)); then
-  echo "== the threaded tests under ThreadSanitizer (build-tsan/) =="
+  echo "== the unit tests under ThreadSanitizer (build-tsan/) =="
   BUILD_DIR=build-tsan EMBCACHE_SANITIZE=thread scripts/setup.sh
+  (cd build-tsan && ctest -R fixtures_encoders >/dev/null)
   export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:suppressions=$PWD/tests/sanitizers/tsan.supp"
-  (cd build-tsan && ctest --output-on-failure -j "$JOBS" --timeout 1800 -R "${TSAN_TESTS:-^(unit_core|unit_pipeline|unit_batch)$}")
+  export EMBCACHE_FIXTURES=$PWD/build-tsan/tests/fixtures
+  # Every unit test case in one process but two, with no suppression. Left out: the allocator
+  # test (TSan replaces malloc, as ASan does) and the test whose OpenMP team waits on our
+  # condition variable: libgomp is not built for TSan, so the barrier that orders those accesses
+  # is invisible to it and it reports races that are not there (end-to-end runs, where the
+  # encoder's intra-op regions run on libgomp threads, report the same).
+  build-tsan/tests/embcache_unit_tests "-tce=the encoder's waits hold*,the encoder allocator scope*"
 fi

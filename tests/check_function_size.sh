@@ -5,7 +5,8 @@
 set -euo pipefail
 cd "${1:?usage: check_function_size.sh SOURCE_DIR}"
 command -v pmccabe >/dev/null || { echo "check_function_size: pmccabe is not installed (scripts/setup.sh installs it)" >&2; exit 1; }
-# pmccabe cannot parse GCC attributes (__attribute__((target_clones(...)))), and after an
+# pmccabe cannot parse GCC attributes (__attribute__((target_clones(...))), or the
+# EMBCACHE_TARGET_CLONES(...) macro that spells it), and after an
 # `override` or `final` it loses track of the class and skips its later methods (exiting 0): it
 # measures copies without them, line for line, and any complaint it prints fails the check, so
 # no function is left out.
@@ -14,7 +15,7 @@ trap 'rm -rf "$copies"' EXIT
 mapfile -t files < <(find src apps -name '*.cpp' -o -name '*.hpp' | sort)
 for f in "${files[@]}"; do
   mkdir -p "$copies/$(dirname "$f")"
-  sed -E 's/__attribute__\(\((target_clones|target)\([^)]*\)\)\)//g; s/\b(override|final)\b//g' "$f" >"$copies/$f"
+  sed -E 's/__attribute__\(\((target_clones|target)\([^)]*\)\)\)//g; s/EMBCACHE_TARGET_CLONES\([^)]*\)//g; s/\b(override|final)\b//g' "$f" >"$copies/$f"
 done
 cd "$copies"
 if ! measures=$(pmccabe "${files[@]}" 2>"$copies/errors") || [[ -s "$copies/errors" ]]; then

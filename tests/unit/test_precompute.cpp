@@ -240,14 +240,7 @@ TEST_CASE("commit records rebuild every committed row bit for bit, from recorded
   REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
   CacheFileReader recovered(s.cache);
   REQUIRE(recovered.rows() == 13);
-  const RowBatch got = recovered.read_rows(0, 13);
-  REQUIRE(got.windows == want.windows);
-  REQUIRE(got.bounds == want.bounds);
-  REQUIRE(got.pixel_hashes == want.pixel_hashes);
-  REQUIRE(at::equal(got.label_class, want.label_class));
-  REQUIRE(at::equal(got.label_mask, want.label_mask));
-  REQUIRE(got.levels.size() == want.levels.size());
-  for (std::size_t i = 0; i < want.levels.size(); ++i) REQUIRE(at::equal(got.levels[i], want.levels[i]));
+  testing::require_same_rows(recovered.read_rows(0, 13), want);
 }
 
 TEST_CASE("a run that commits many times installs the file it built, copying nothing at the end") {

@@ -207,14 +207,7 @@ TEST_CASE("the serial executor writes the cache the threaded one writes, bit for
   REQUIRE(serial.encoder_calls == threaded.encoder_calls);
   const CacheFileReader a(dir.file("threaded.h5")), b(dir.file("serial.h5"));
   REQUIRE(a.rows() == b.rows());
-  const RowBatch ra = a.read_rows(0, a.rows()), rb = b.read_rows(0, b.rows());
-  REQUIRE(ra.windows == rb.windows);
-  REQUIRE(ra.bounds == rb.bounds);
-  REQUIRE(ra.pixel_hashes == rb.pixel_hashes);
-  REQUIRE(at::equal(ra.label_class, rb.label_class));
-  REQUIRE(at::equal(ra.label_mask, rb.label_mask));
-  REQUIRE(ra.levels.size() == rb.levels.size());
-  for (std::size_t k = 0; k < ra.levels.size(); ++k) REQUIRE(at::equal(ra.levels[k], rb.levels[k]));
+  testing::require_same_rows(b.read_rows(0, b.rows()), a.read_rows(0, a.rows()));
   // A rerun through the serial executor computes nothing.
   const PrecomputeSummary rerun = run_precompute(plan_precompute(serial_options), serial_hooks);
   REQUIRE(rerun.crops_computed == 0);

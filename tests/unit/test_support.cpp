@@ -1,5 +1,7 @@
 #include "test_support.hpp"
 
+#include "doctest_torch.hpp"
+
 #include <cstdlib>
 #include <filesystem>
 #include <stdexcept>
@@ -88,6 +90,16 @@ std::string fixture(const std::string& name) {
   const char* dir = std::getenv("EMBCACHE_FIXTURES");
   if (dir == nullptr) throw std::runtime_error("EMBCACHE_FIXTURES is not set; run the tests through ctest");
   return std::string(dir) + "/" + name;
+}
+
+void require_same_rows(const RowBatch& got, const RowBatch& want) {
+  REQUIRE(got.windows == want.windows);
+  REQUIRE(got.bounds == want.bounds);
+  REQUIRE(got.pixel_hashes == want.pixel_hashes);
+  REQUIRE(at::equal(got.label_class, want.label_class));
+  REQUIRE(at::equal(got.label_mask, want.label_mask));
+  REQUIRE(got.levels.size() == want.levels.size());
+  for (std::size_t i = 0; i < want.levels.size(); ++i) REQUIRE(at::equal(got.levels[i], want.levels[i]));
 }
 
 PrecomputeOptions small_precompute(const std::string& encoder, const std::string& dataset, const std::string& out) {

@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/target_clones.hpp"
 
 namespace embcache {
 
@@ -57,7 +58,7 @@ constexpr double kBeta1 = 0.9, kBeta2 = 0.999, kEps = 1e-8, kMomentum = 0.9;
 // step_aten() below, without their eight temporaries (the update is memory-bound, and for a grid of
 // linear heads it was a third of each step). Built for AVX-512 and AVX2 too, chosen at load time;
 // the file is compiled with -fno-math-errno so that the square root vectorises.
-__attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_fused(
+EMBCACHE_TARGET_CLONES("avx512f", "avx2", "default") void adamw_fused(
     float* __restrict p, float* __restrict m, float* __restrict v, const float* __restrict g, std::int64_t n, float lr, float decay, float b1, float b2,
     float c1, float c2, float eps) {
   const float keep = 1.0f - lr * decay, step = lr / c1, inv_c2 = 1.0f / c2;
@@ -70,7 +71,7 @@ __attribute__((target_clones("avx512f", "avx2", "default"))) void adamw_fused(
   }
 }
 
-__attribute__((target_clones("avx512f", "avx2", "default"))) void sgd_fused(float* __restrict p, float* __restrict m, const float* __restrict g,
+EMBCACHE_TARGET_CLONES("avx512f", "avx2", "default") void sgd_fused(float* __restrict p, float* __restrict m, const float* __restrict g,
                                                                              std::int64_t n, float lr, float decay) {
   for (std::int64_t i = 0; i < n; ++i) {
     const float mi = float(kMomentum) * m[i] + (g[i] + p[i] * decay);

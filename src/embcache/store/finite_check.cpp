@@ -1,5 +1,7 @@
 #include "embcache/store/finite_check.hpp"
 
+#include "embcache/core/target_clones.hpp"
+
 namespace embcache {
 
 namespace {
@@ -7,7 +9,7 @@ namespace {
 // A value is NaN or Inf exactly when all its exponent bits are set. The loop keeps an OR of
 // those tests and returns once at the end, so the compiler vectorises it.
 template <typename Bits, Bits kExponent>
-__attribute__((target_clones("arch=skylake-avx512", "avx2", "default"))) bool exponents_not_all_set(const Bits* v,
+EMBCACHE_TARGET_CLONES("arch=skylake-avx512", "avx2", "default") bool exponents_not_all_set(const Bits* v,
                                                                                         std::size_t n) {
   Bits bad = 0;
   for (std::size_t i = 0; i < n; ++i) bad |= Bits((v[i] & kExponent) == kExponent);

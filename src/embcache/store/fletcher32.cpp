@@ -1,9 +1,11 @@
 #include "embcache/store/fletcher32.hpp"
 
+#include "embcache/core/target_clones.hpp"
+
 namespace embcache {
 
 // Built for AVX2 too and picked at load time: the checksum of every chunk written and read.
-__attribute__((target_clones("arch=x86-64-v4", "avx2", "default")))
+EMBCACHE_TARGET_CLONES("arch=x86-64-v4", "avx2", "default")
 std::uint32_t fletcher32(const void* data, std::size_t size) {
   const auto* bytes = static_cast<const std::uint8_t*>(data);
   std::size_t words = size / 2;
