@@ -10,6 +10,7 @@
 #include "embcache/cli/precompute_command.hpp"
 #include "embcache/cli/run_command.hpp"
 #include "embcache/cli/train_probe_command.hpp"
+#include "embcache/cli/version_report.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/stop_request.hpp"
 #include "embcache/h5/process_settings.hpp"
@@ -19,7 +20,7 @@ int main(int argc, char** argv) {
   embcache::install_stop_handlers();
   CLI::App app{"embcache: cache frozen-encoder features once, train probes on them many times"};
   app.require_subcommand(1);
-  app.set_version_flag("--version", EMBCACHE_VERSION);
+  app.set_version_flag("--version", [] { return embcache::version_report(); });
   embcache::setup_precompute(app);
   embcache::setup_train_probe(app);
   embcache::setup_inspect(app);

@@ -150,4 +150,21 @@ fx same heavy-reference.h5 int.h5
 "$PYTHON" -c "import h5py; assert h5py.File('int.h5')['/'].attrs['complete'] == 1"
 "$EMBCACHE" "${PROBE[@]}" --cache int.h5 --out probe-full >/dev/null 2>probe.err
 [[ ! -s probe.err ]] || fail "train-probe on the finished cache warned: $(cat probe.err)"
+# --version: the versions a bug report needs, as the libraries loaded report them (Debian's
+# python3-torch, python3-h5py and python3-gdal load the same libraries).
+"$EMBCACHE" --version >version.txt
+"$PYTHON" - version.txt <<'PY' || fail "--version: $(cat version.txt)"
+import re, sys, torch, h5py
+from osgeo import gdal
+text = open(sys.argv[1]).read()
+lines = text.splitlines()
+assert lines[0].startswith("embcache "), lines
+torch_version = re.search(r"^LibTorch (\S+) \(built with", text, re.M).group(1)
+assert torch.__version__.startswith(torch_version), (torch_version, torch.__version__)
+assert re.search(r"^HDF5 %s \(built with" % re.escape(h5py.version.hdf5_version), text, re.M), text
+assert re.search(r"^GDAL %s \(built with" % re.escape(gdal.__version__), text, re.M), text
+cuda = re.search(r"^CUDA: (.*)$", text, re.M).group(1)
+assert cuda.startswith("not available") == (not torch.cuda.is_available()), cuda
+print("ok: --version names LibTorch %s, HDF5 %s, GDAL %s and CUDA (%s)" % (torch_version, h5py.version.hdf5_version, gdal.__version__, cuda))
+PY
 echo "e2e_cli_errors: all checks passed"

@@ -26,4 +26,6 @@ c10::Device resolve_device(const std::string& text) {
   return c10::Device(c10::kCUDA, c10::DeviceIndex(index));
 }
 
+int cuda_device_count() { return torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0; }
+
 }  // namespace embcache

@@ -12,4 +12,7 @@ namespace embcache {
 // device index past the last GPU.
 c10::Device resolve_device(const std::string& text);
 
+// CUDA devices this build and machine can use (0 without CUDA).
+int cuda_device_count();
+
 }  // namespace embcache

@@ -4,6 +4,7 @@
 #include <cpl_conv.h>
 #include <cpl_error.h>
 #include <gdal.h>
+#include <gdal_version.h>
 #include <ogr_srs_api.h>
 
 #include <cmath>
@@ -128,6 +129,10 @@ void read_raster_bands(const std::string& path, const RslearnWindow& e, const st
     }
   }
 }
+
+std::string gdal_version_built() { return GDAL_RELEASE_NAME; }
+
+std::string gdal_version_running() { return GDALVersionInfo("RELEASE_NAME"); }
 
 void init_gdal() {
   static std::once_flag once;

@@ -11,6 +11,10 @@
 
 namespace embcache {
 
+// GDAL's release as this build was compiled against ("3.6.2") and as the library loaded says.
+std::string gdal_version_built();
+std::string gdal_version_running();
+
 // Registers GDAL's drivers, bounds its block cache and keeps its messages off stderr (errors
 // become one-line InputErrors). Once per process; cheap after the first call.
 void init_gdal();

@@ -1,5 +1,6 @@
 #include "embcache/encoder/encoder.hpp"
 
+#include <ATen/Version.h>
 #include <ATen/autocast_mode.h>
 #include <torch/cuda.h>
 #include <torch/script.h>
@@ -68,6 +69,17 @@ std::vector<std::size_t> select_levels(const EncoderOutput& out, const std::vect
     selected.push_back(index);
   }
   return selected;
+}
+
+std::string torch_version_built() { return TORCH_VERSION; }
+
+std::string torch_version_running() {
+  const std::string config = at::show_config();
+  const std::string key = "TORCH_VERSION=";
+  const auto at = config.find(key);
+  if (at == std::string::npos) return "unknown";
+  const auto end = config.find_first_of(", \n", at + key.size());
+  return config.substr(at + key.size(), end == std::string::npos ? std::string::npos : end - at - key.size());
 }
 
 struct Encoder::Impl {

@@ -10,6 +10,11 @@
 
 namespace embcache {
 
+// LibTorch's version as this build was compiled against ("1.13.0") and as the library loaded
+// reports it in its build settings.
+std::string torch_version_built();
+std::string torch_version_running();
+
 enum class Amp { kNone, kFp16, kBf16 };
 Amp parse_amp(const std::string& text);
 

@@ -74,6 +74,16 @@ void check_status(herr_t status, const char* what, const std::string& object) {
   if (status < 0) fail(what, object);
 }
 
+std::string version_built() {
+  return std::to_string(H5_VERS_MAJOR) + "." + std::to_string(H5_VERS_MINOR) + "." + std::to_string(H5_VERS_RELEASE);
+}
+
+std::string version_running() {
+  unsigned major = 0, minor = 0, release = 0;
+  check_status(H5get_libversion(&major, &minor, &release), "cannot get the version of", "the HDF5 library");
+  return std::to_string(major) + "." + std::to_string(minor) + "." + std::to_string(release);
+}
+
 File open_file(const std::string& path, bool writable) {
   silence_errors_on_this_thread();
   const hid_t id = H5Fopen(path.c_str(), writable ? H5F_ACC_RDWR : H5F_ACC_RDONLY, H5P_DEFAULT);

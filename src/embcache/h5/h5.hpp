@@ -64,6 +64,10 @@ std::string last_error_message();
 hid_t check(hid_t id, const char* what, const std::string& object);
 void check_status(herr_t status, const char* what, const std::string& object);
 
+// HDF5's version as this build was compiled against ("1.10.8") and as the library loaded says.
+std::string version_built();
+std::string version_running();
+
 // Files
 File open_file(const std::string& path, bool writable);
 File create_file(const std::string& path);  // truncates

@@ -1,0 +1,32 @@
+#include "embcache/cli/version_report.hpp"
+
+#include "embcache/core/device.hpp"
+#include "embcache/dataset/gdal_raster.hpp"
+#include "embcache/encoder/encoder.hpp"
+#include "embcache/h5/h5.hpp"
+
+namespace embcache {
+namespace {
+
+std::string built_and_running(const std::string& name, const std::string& built, const std::string& running) {
+  return name + " " + running + (built == running ? " (built with the same)" : " (built with " + built + ")") + "\n";
+}
+
+}  // namespace
+
+std::string version_report() {
+  std::string report = std::string("embcache ") + EMBCACHE_VERSION + "\n";
+  report += built_and_running("LibTorch", torch_version_built(), torch_version_running());
+  report += built_and_running("HDF5", h5::version_built(), h5::version_running());
+  report += built_and_running("GDAL", gdal_version_built(), gdal_version_running());
+  const int devices = cuda_device_count();
+  if (devices == 0) {
+    report += "CUDA: not available (this LibTorch has no CUDA support, or this machine has no GPU)";
+  } else {
+    report += "CUDA: " + std::to_string(devices) + (devices == 1 ? " device:" : " devices:");
+    for (int i = 0; i < devices; ++i) report += " cuda:" + std::to_string(i);
+  }
+  return report;
+}
+
+}  // namespace embcache
