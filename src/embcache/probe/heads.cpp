@@ -1,6 +1,7 @@
 #include "embcache/probe/heads.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <torch/script.h>
 
 #include <algorithm>
@@ -425,7 +426,7 @@ std::vector<at::Tensor> HeadBank::member_state(std::int64_t g) const {
 }
 
 void HeadBank::load_member_state(std::int64_t g, const std::vector<at::Tensor>& state) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   for (std::size_t i = 0; i < impl_->params.size(); ++i) impl_->params[i][g].copy_(state[i]);
 }
 

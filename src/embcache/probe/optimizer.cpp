@@ -1,6 +1,7 @@
 #include "embcache/probe/optimizer.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 
 #include <cmath>
 
@@ -88,7 +89,7 @@ bool fusable(const at::Tensor& p, const at::Tensor& grad) {
 }  // namespace
 
 void BankOptimizer::step(double factor, const std::vector<bool>& active) {
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   ++steps_;
   const std::int64_t members = std::int64_t(lr_.size());
   std::vector<double> lr(members), decay(members);

@@ -1,6 +1,7 @@
 #include "embcache/probe/trainer.hpp"
 
 #include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
 #include <ATen/Parallel.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 
@@ -137,7 +138,7 @@ std::vector<at::Tensor> bank_inputs(const Bank& bank, const FeedBatch& batch) {
 std::vector<MetricAccumulator> evaluate(std::vector<Bank>& banks, FeatureFeed& feed, const ProbeData& data) {
   std::vector<MetricAccumulator> acc;
   for (const auto& bank : banks) acc.emplace_back(data.task(), data.num_outputs(), data.ignore_index(), bank.heads.members());
-  at::NoGradGuard no_grad;
+  c10::NoGradGuard no_grad;
   feed.start(false, 0);
   while (auto batch = feed.next()) {
     if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
