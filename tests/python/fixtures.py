@@ -16,6 +16,10 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
+# As embcache does (encoder.cpp): no TorchScript fusion on CPU. Debian 13's torch 2.6 enables it, and
+# a small ViT's second call then never returned.
+torch._C._jit_override_can_fuse_on_cpu(False)
+
 
 # ---------------------------------------------------------------- encoders
 class TinyMulti(nn.Module):
@@ -142,6 +146,72 @@ class ProbeBackbone(nn.Module):
         return [a, F.relu(self.c5(a))]
 
 
+# A torch 2.x ViT calls scaled_dot_product_attention (timm's fused attention, Hugging Face's SDPA);
+# torch 1.13 has no such function, so there the fixture ViT computes attention by hand.
+HAS_SDPA = hasattr(F, "scaled_dot_product_attention")
+
+
+class EagerAttention(nn.Module):
+    def __init__(self, dim: int, heads: int):
+        super().__init__()
+        self.heads = heads
+        self.scale = (dim // heads) ** -0.5
+        self.qkv = nn.Linear(dim, 3 * dim)
+        self.proj = nn.Linear(dim, dim)
+
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return torch.softmax(q @ k.transpose(-2, -1) * self.scale, dim=-1) @ v
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, n, c = x.shape
+        qkv = self.qkv(x).reshape(b, n, 3, self.heads, c // self.heads).permute(2, 0, 3, 1, 4)
+        out = self.attend(qkv[0], qkv[1], qkv[2])
+        return self.proj(out.transpose(1, 2).reshape(b, n, c))
+
+
+class FusedAttention(EagerAttention):
+    def attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v)
+
+
+class Block(nn.Module):
+    def __init__(self, dim: int, heads: int, fused: bool):
+        super().__init__()
+        self.norm1, self.norm2 = nn.LayerNorm(dim), nn.LayerNorm(dim)
+        self.attn = FusedAttention(dim, heads) if fused else EagerAttention(dim, heads)
+        self.mlp = nn.Sequential(nn.Linear(dim, 2 * dim), nn.GELU(), nn.Linear(2 * dim, dim))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class TinyViT(nn.Module):
+    """A ViT shaped like timm's: patch embedding, class token, position embedding, pre-norm
+    blocks. Returns each block's patch tokens as a [B, C, H/p, W/p] map and the final class token."""
+
+    def __init__(self, in_ch: int = 3, image: int = 32, patch: int = 8, dim: int = 32, depth: int = 2,
+                 heads: int = 4, fused: bool = HAS_SDPA):
+        super().__init__()
+        self.patch = patch
+        self.embed = nn.Conv2d(in_ch, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim) * 0.02)
+        self.pos = nn.Parameter(torch.randn(1, 1 + (image // patch) ** 2, dim) * 0.02)
+        self.blocks = nn.ModuleList([Block(dim, heads, fused) for _ in range(depth)])
+        self.norm = nn.LayerNorm(dim)
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        b, h, w = x.shape[0], x.shape[2] // self.patch, x.shape[3] // self.patch
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(b, -1, -1), t], dim=1) + self.pos
+        levels: List[torch.Tensor] = []
+        for block in self.blocks:
+            t = block(t)
+            levels.append(t[:, 1:].transpose(1, 2).reshape(b, -1, h, w))
+        levels.append(self.norm(t)[:, 0])
+        return levels
+
+
 def export_encoders(out_dir: str, in_ch: int) -> None:
     os.makedirs(out_dir, exist_ok=True)
     torch.manual_seed(0)
@@ -156,6 +226,12 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(Heavy(in_ch).eval()), os.path.join(out_dir, "heavy.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))
     torch.jit.save(torch.jit.script(ProbeBackbone().eval()), os.path.join(out_dir, "bench_probe.pt"))
+    vit = TinyViT(in_ch).eval()
+    torch.jit.save(torch.jit.script(vit), os.path.join(out_dir, "vit_scripted.pt"))
+    traced = torch.jit.trace(vit, example, check_inputs=[(torch.randn(5, in_ch, 32, 32),)], strict=False)
+    torch.jit.save(traced, os.path.join(out_dir, "vit_traced.pt"))
+    with open(os.path.join(out_dir, "vit_attention.txt"), "w") as f:
+        f.write(("scaled_dot_product_attention" if HAS_SDPA else "eager") + f" torch {torch.__version__}\n")
     for name, module in [("bad_rank", BadRank()), ("bad_rank5", BadRank5()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
                          ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges()),
                          ("bad_key", BadKey())]:
@@ -338,6 +414,8 @@ def main() -> int:
     e = sub.add_parser("encoders")
     e.add_argument("out_dir")
     e.add_argument("--channels", type=int, default=3)
+    v = sub.add_parser("vit-archive", help="the committed tests/data ViT that calls scaled_dot_product_attention")
+    v.add_argument("out")
     d = sub.add_parser("dataset")
     d.add_argument("out")
     d.add_argument("--n", type=int, default=8)
@@ -375,6 +453,13 @@ def main() -> int:
     if args.cmd == "dataset":
         make_dataset(args.out, args.n, args.channels, args.height, args.width, args.dtype, args.labels,
                      args.masks, args.seed, args.groups, args.splits, args.duplicate_names)
+        return 0
+    if args.cmd == "vit-archive":
+        if not HAS_SDPA:
+            print(f"torch {torch.__version__} has no scaled_dot_product_attention; run this with torch >= 2.1", file=sys.stderr)
+            return 1
+        torch.manual_seed(1)
+        torch.jit.save(torch.jit.script(TinyViT(dim=16, depth=1, heads=2).eval()), args.out)
         return 0
     if args.cmd == "compare":
         return compare(args)

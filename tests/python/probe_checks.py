@@ -18,6 +18,10 @@ import h5py
 import numpy as np
 import torch
 
+# As embcache does (encoder.cpp): no TorchScript fusion on CPU. Debian 13's torch 2.6 enables it, and
+# a small ViT's second call then never returned.
+torch._C._jit_override_can_fuse_on_cpu(False)
+
 
 def split_rows(f, name):
     return np.flatnonzero(f["index/split"].asstr()[:] == name)

@@ -5,12 +5,22 @@
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/version.h>
+#if __has_include(<torch/csrc/jit/codegen/fuser/interface.h>)
+#include <torch/csrc/jit/codegen/fuser/interface.h>
+#else
+// Debian's libtorch-dev leaves this header out; the function is exported by libtorch_cpu
+// (1.13 and 2.x) and is what Python's torch._C._jit_override_can_fuse_on_cpu calls.
+namespace torch::jit {
+TORCH_API void overrideCanFuseOnCPU(bool value);
+}  // namespace torch::jit
+#endif
 
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 
 #include "embcache/core/error.hpp"
+#include "embcache/encoder/archive_diagnosis.hpp"
 
 namespace embcache {
 namespace {
@@ -95,11 +105,22 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp)
   if (amp_ != Amp::kNone && !device_.is_cuda()) {
     throw UsageError("--amp needs a CUDA device; on CPU use --amp none");
   }
+  // No TorchScript fusion on CPU, as in upstream PyTorch. Debian 13's torch 2.6 turns the
+  // TensorExpr fuser (LLVM code generation) on for CPU, and there the second forward of a small
+  // ViT (LayerNorm, GELU, attention) never returned: compiling the fused kernel did not finish.
+  torch::jit::overrideCanFuseOnCPU(false);
+  // The TorchScript compiler throws torch::jit::ErrorReport (a std::exception) for code it cannot
+  // compile, such as an operator this LibTorch lacks; the archive reader throws c10::Error.
+  std::string failure;
   try {
     impl_->module = torch::jit::load(path, device_);
   } catch (const c10::Error& e) {
-    throw InputError(path + ": not a loadable TorchScript file (" + first_line(e.what_without_backtrace()) +
-                     "); save the encoder with torch.jit.script/trace + torch.jit.save");
+    failure = e.what_without_backtrace();
+  } catch (const std::exception& e) {
+    failure = e.what();
+  }
+  if (!failure.empty()) {
+    throw InputError(describe_load_failure(path, failure, read_archive_facts(path), torch_version_running()));
   }
   impl_->module.eval();
 }
@@ -136,7 +157,7 @@ EncoderOutput Encoder::forward(const at::Tensor& batch) {
   c10::InferenceMode inference;
   if (amp_ != Amp::kNone) {
     const auto dtype = amp_ == Amp::kFp16 ? at::kHalf : at::kBFloat16;
-#if TORCH_VERSION_MAJOR >= 2 && TORCH_VERSION_MINOR >= 4
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 4)
     at::autocast::set_autocast_enabled(at::kCUDA, true);
     at::autocast::set_autocast_dtype(at::kCUDA, dtype);
 #else
