@@ -1,18 +1,52 @@
 #!/usr/bin/env bash
-# Installs every Debian package embcache's build, tests and demo need (idempotent),
-# then configures and builds a Release tree in build/ with ccache.
+# Installs every Debian package embcache's build, tests and demo need (idempotent), then
+# configures and builds a Release tree in build/ with ccache. Debian 12 (bookworm) and 13 (trixie).
+# Usage: scripts/setup.sh [--cuda] [--print-packages]
+#   --cuda            Debian 13 only: LibTorch with CUDA (contrib's libtorch-cuda-dev and
+#                     python3-torch-cuda, which pull the CUDA 12 libraries and the driver's
+#                     libcuda1) in place of the CPU one. The binary runs on machines without a GPU.
+#   --print-packages  prints the package list this machine would get, and does nothing else.
+# Environment: BUILD_DIR (build), JOBS (nproc), EMBCACHE_SANITIZE (address,undefined or thread),
+#   EMBCACHE_DEBIAN_RELEASE (12 or 13: the release to list packages for, in place of this one's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
+cuda=0 print=0
+for arg in "$@"; do
+  case $arg in
+    --cuda) cuda=1 ;;
+    --print-packages) print=1 ;;
+    *) echo "setup.sh: unknown option $arg (use --cuda or --print-packages)" >&2; exit 2 ;;
+  esac
+done
 
+release=${EMBCACHE_DEBIAN_RELEASE:-$(. /etc/os-release && echo "${VERSION_ID:-unknown}")}
+# The same package names serve Debian 12 and 13 (checked on both on 2026-12-01); LibTorch is
+# 1.13.1 on 12 and 2.6.0 on 13, HDF5 1.10.8 / 1.14.5, GDAL 3.6.2 / 3.10.3.
 PACKAGES=(
   cmake g++ make ccache pkg-config pmccabe
-  libtorch-dev libopenblas0-openmp
+  libopenblas0-openmp
   libhdf5-dev hdf5-tools hdf5-filter-plugin hdf5-filter-plugin-blosc-serial
   libcli11-dev nlohmann-json3-dev doctest-dev libssl-dev
   libgdal-dev gdal-bin python3-gdal
-  python3-torch python3-h5py python3-numpy
+  python3-h5py python3-numpy
   dataset-fashion-mnist
 )
+if ((cuda)); then
+  if [[ $release != 13 ]]; then
+    echo "setup.sh: --cuda needs Debian 13 (this is Debian $release, whose LibTorch has no CUDA build); on a" \
+      "machine with a CUDA PyTorch build with -DEMBCACHE_TORCH=python instead (docs/install.md)" >&2
+    exit 2
+  fi
+  PACKAGES+=(libtorch-cuda-dev python3-torch-cuda)
+else
+  PACKAGES+=(libtorch-dev python3-torch)
+fi
+if ((print)); then
+  printf '%s\n' "${PACKAGES[@]}"
+  exit 0
+fi
+[[ $release == 12 || $release == 13 ]] ||
+  echo "setup.sh: warning: tested on Debian 12 and 13; this is $(. /etc/os-release && echo "$PRETTY_NAME")" >&2
 
 missing=()
 for p in "${PACKAGES[@]}"; do
@@ -21,6 +55,10 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
+  if ((cuda)) && ! grep -rqsE "^(Components:|deb ).*contrib" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "setup.sh: --cuda needs Debian's contrib component in the apt sources (libtorch-cuda-dev is there)" >&2
+    exit 2
+  fi
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
@@ -41,6 +79,6 @@ fi
 JOBS=${JOBS:-$(nproc)}
 # ccache then keys on paths relative to the checkout, so a fresh clone elsewhere (CI) reuses it.
 export CCACHE_BASEDIR="$PWD"
-cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 \
+cmake -S . -B "$BUILD_DIR" -DCMAKE_BUILD_TYPE=Release -DPython3_EXECUTABLE=/usr/bin/python3 -DEMBCACHE_TORCH=system \
   "-DEMBCACHE_SANITIZE=${EMBCACHE_SANITIZE:-}" >/dev/null
 cmake --build "$BUILD_DIR" -j "$JOBS"

@@ -164,7 +164,15 @@ assert torch.__version__.startswith(torch_version), (torch_version, torch.__vers
 assert re.search(r"^HDF5 %s \(built with" % re.escape(h5py.version.hdf5_version), text, re.M), text
 assert re.search(r"^GDAL %s \(built with" % re.escape(gdal.__version__), text, re.M), text
 cuda = re.search(r"^CUDA: (.*)$", text, re.M).group(1)
-assert cuda.startswith("not available") == (not torch.cuda.is_available()), cuda
+# Debian's python3-torch(-cuda) is the same LibTorch build as libtorch(-cuda)-dev.
+if torch.version.cuda is None:
+    assert cuda == "none (this LibTorch is a CPU build)", cuda
+else:
+    assert cuda.startswith("LibTorch built with CUDA %s; " % torch.version.cuda), (cuda, torch.version.cuda)
+    assert cuda.endswith("no GPU visible on this machine") == (not torch.cuda.is_available()), cuda
+# One OpenMP runtime: LibTorch's workers and embcache's own team are the same library.
+openmp = re.search(r"^OpenMP runtime: (\S+)$", text, re.M)
+assert openmp and "libgomp" in openmp.group(1), text
 print("ok: --version names LibTorch %s, HDF5 %s, GDAL %s and CUDA (%s)" % (torch_version, h5py.version.hdf5_version, gdal.__version__, cuda))
 PY
 echo "e2e_cli_errors: all checks passed"

@@ -42,6 +42,25 @@ check padded-neg small.h5 multi_scripted.pt --crop-size 16 --pad-value -1 -- --c
 check half u8.h5 multi_scripted.pt --crop-size 16 --dtype float16 --compression gzip:4 -- --crop-size 16 --tolerance 2e-3
 check bf16 u8.h5 multi_scripted.pt --crop-size 16 --dtype bfloat16 --compression lz4 -- --crop-size 16 --tolerance 1e-2
 
+# A vision transformer (fixtures.py TinyViT: patch tokens of each block as maps, the class token as
+# a vector), scripted and traced. With torch >= 2 (Debian 13) its attention is
+# scaled_dot_product_attention, and the archives must call it; with 1.13 it is computed by hand.
+fx dataset vit.h5 --n 3 --height 40 --width 48 --dtype uint8
+check vit-scripted vit.h5 vit_scripted.pt --crop-size 32 --scale 0.00392 -- --crop-size 32 --scale 0.00392
+check vit-traced vit.h5 vit_traced.pt --crop-size 32 --batch-size 4 -- --crop-size 32
+"$PYTHON" - "$ENC" <<'PY'
+import sys, zipfile, torch
+enc = sys.argv[1]
+attention = open(f"{enc}/vit_attention.txt").read().split()[0]
+sdpa = int(torch.__version__.split(".")[0]) >= 2
+assert attention == ("scaled_dot_product_attention" if sdpa else "eager"), (attention, torch.__version__)
+for name in ["vit_scripted", "vit_traced"]:
+    z = zipfile.ZipFile(f"{enc}/{name}.pt")
+    code = b"".join(z.read(n) for n in z.namelist() if n.endswith(".py"))
+    assert (b"torch.scaled_dot_product_attention(" in code) == sdpa, name
+print(f"ok: the ViT fixtures' attention is {attention} (torch {torch.__version__})")
+PY
+
 # The padded crops' masks carry the ignore index past the window edge; labels follow crops.
 "$PYTHON" - <<'PY'
 import h5py, numpy as np

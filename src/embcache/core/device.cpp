@@ -1,5 +1,6 @@
 #include "embcache/core/device.hpp"
 
+#include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>
 
 #include "embcache/core/error.hpp"
@@ -27,5 +28,14 @@ c10::Device resolve_device(const std::string& text) {
 }
 
 int cuda_device_count() { return torch::cuda::is_available() ? int(torch::cuda::device_count()) : 0; }
+
+std::string cuda_runtime_version() {
+  // The CUDA hooks are LibTorch's libtorch_cuda, registered when it is loaded; a CPU LibTorch (or a
+  // binary whose linker dropped libtorch_cuda) has only the interface's defaults.
+  const auto& hooks = at::detail::getCUDAHooks();
+  if (!hooks.hasCUDART()) return "";
+  const long version = hooks.versionCUDART();  // CUDART_VERSION: 12040 for 12.4
+  return std::to_string(version / 1000) + "." + std::to_string(version % 1000 / 10);
+}
 
 }  // namespace embcache

@@ -15,4 +15,7 @@ c10::Device resolve_device(const std::string& text);
 // CUDA devices this build and machine can use (0 without CUDA).
 int cuda_device_count();
 
+// The CUDA runtime version LibTorch was built with ("12.4"), or "" for a LibTorch without CUDA.
+std::string cuda_runtime_version();
+
 }  // namespace embcache

@@ -63,7 +63,8 @@ class Interrupted : public Error {
   explicit Interrupted(const std::string& message) : Error(ExitCode::kInterrupted, message) {}
 };
 
-// First line of a message, for third-party exceptions (c10::Error) that append backtraces.
+// First line with text of a message, for third-party exceptions (c10::Error) that append
+// backtraces or, like TorchScript's compiler, open with an empty line.
 std::string first_line(const std::string& text);
 
 }  // namespace embcache
