@@ -30,7 +30,8 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
   }
   packages=$(EMBCACHE_DEBIAN_RELEASE=$release scripts/setup.sh "${flags[@]}" --print-packages)
-  key=$( (echo "$suite ${flags[*]}"; echo "$packages"; cat scripts/debian_root.sh) | sha256sum | cut -c1-12)
+  key=$( (echo "$suite ${flags[*]}"; echo "$packages"; cat scripts/debian_root.sh scripts/cudnn_stand_in.sh) |
+    sha256sum | cut -c1-12)
   roots=${EMBCACHE_ROOTS:-/var/cache/embcache-roots}
   name=$suite${flags:+-cuda}
   root=$roots/$name-$key
@@ -41,8 +42,16 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
     echo "debian_root.sh: making $root with mmdebstrap (once per package list)"
     start=$SECONDS
+    hooks=()
+    if ((${#flags[@]})); then
+      # The CUDA LibTorch goes in after the rest, with a stand-in for cuDNN: its Debian package
+      # downloads cuDNN from NVIDIA, which these machines cannot reach (scripts/cudnn_stand_in.sh).
+      packages=$(grep -vx -e libtorch-cuda-dev -e python3-torch-cuda <<<"$packages")
+      hooks=(--customize-hook="copy-in scripts/cudnn_stand_in.sh /tmp"
+        --customize-hook='chroot "$1" bash /tmp/cudnn_stand_in.sh')
+    fi
     # shellcheck disable=SC2086 # the package list is one name per line
-    mmdebstrap --quiet --variant=apt --include="ca-certificates,$(echo $packages | tr ' ' ',')" \
+    mmdebstrap --quiet --variant=apt --include="ca-certificates,$(echo $packages | tr ' ' ',')" "${hooks[@]}" \
       "$suite" "$root.partial" "deb $mirror $suite main contrib non-free" >&2
     mv "$root.partial" "$root"
     touch "$root/.embcache-root-complete"
