@@ -15,15 +15,18 @@ apt-get update -qq
 apt-get download libtorch-cuda-2.6 >/dev/null
 dpkg-deb -x libtorch-cuda-2.6_*.deb lib
 find lib -name '*.so*' -type f -exec nm -D --undefined-only {} + 2>/dev/null |
-  awk '$NF ~ /^cudnn[A-Za-z0-9_]*$/ {print $NF}' | sort -u >symbols
+  awk '$NF ~ /^cudnn[A-Za-z0-9_]*(@.*)?$/ {sub(/@.*/, "", $NF); print $NF}' | sort -u >symbols
 [[ -s symbols ]] || { echo "cudnn_stand_in.sh: LibTorch imports no cuDNN symbol; nothing to stand in for" >&2; exit 1; }
 {
   echo '/* Stand-in cuDNN (scripts/cudnn_stand_in.sh): every call fails. */'
   echo 'const char* cudnnGetErrorString(int status) { (void)status; return "cuDNN stand-in: not cuDNN (embcache build check)"; }'
   grep -vx cudnnGetErrorString symbols | sed 's/.*/int &(void) { return 1; }/'
 } >cudnn_stand_in.c
+# LibTorch imports them with the version node NVIDIA's library defines (cudnnCreate@libcudnn.so.9).
+echo 'libcudnn.so.9 { global: cudnn*; local: *; };' >cudnn.map
 mkdir -p pkg/DEBIAN pkg/usr/lib/x86_64-linux-gnu
-gcc -shared -fPIC -O1 -Wl,-soname,libcudnn.so.9 -o pkg/usr/lib/x86_64-linux-gnu/libcudnn.so.9 cudnn_stand_in.c
+gcc -shared -fPIC -O1 -Wl,-soname,libcudnn.so.9 -Wl,--version-script=cudnn.map \
+  -o pkg/usr/lib/x86_64-linux-gnu/libcudnn.so.9 cudnn_stand_in.c
 ln -s libcudnn.so.9 pkg/usr/lib/x86_64-linux-gnu/libcudnn.so
 cat >pkg/DEBIAN/control <<CONTROL
 Package: nvidia-cudnn

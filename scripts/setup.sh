@@ -3,8 +3,10 @@
 # configures and builds a Release tree in build/ with ccache. Debian 12 (bookworm) and 13 (trixie).
 # Usage: scripts/setup.sh [--cuda] [--print-packages]
 #   --cuda            Debian 13 only: LibTorch with CUDA (contrib's libtorch-cuda-dev and
-#                     python3-torch-cuda, which pull the CUDA 12 libraries and the driver's
-#                     libcuda1) in place of the CPU one. The binary runs on machines without a GPU.
+#                     python3-torch-cuda, which pull the CUDA 12 libraries, cuDNN's installer and
+#                     the driver's libcuda1, and non-free's nvidia-cuda-toolkit, without which
+#                     TorchConfig.cmake stops) in place of the CPU one. ~3.6 GB to download, ~9.5 GB
+#                     installed. The binary runs on machines without a GPU.
 #   --print-packages  prints the package list this machine would get, and does nothing else.
 # Environment: BUILD_DIR (build), JOBS (nproc), EMBCACHE_SANITIZE (address,undefined or thread),
 #   EMBCACHE_DEBIAN_RELEASE (12 or 13: the release to list packages for, in place of this one's).
@@ -37,7 +39,7 @@ if ((cuda)); then
       "machine with a CUDA PyTorch build with -DEMBCACHE_TORCH=python instead (docs/install.md)" >&2
     exit 2
   fi
-  PACKAGES+=(libtorch-cuda-dev python3-torch-cuda)
+  PACKAGES+=(libtorch-cuda-dev python3-torch-cuda nvidia-cuda-toolkit)
 else
   PACKAGES+=(libtorch-dev python3-torch)
 fi
@@ -55,8 +57,9 @@ done
 if ((${#missing[@]})); then
   echo "setup: installing ${missing[*]}"
   SUDO=""; [[ $(id -u) -ne 0 ]] && SUDO="sudo"
-  if ((cuda)) && ! grep -rqsE "^(Components:|deb ).*contrib" /etc/apt/sources.list /etc/apt/sources.list.d/; then
-    echo "setup.sh: --cuda needs Debian's contrib component in the apt sources (libtorch-cuda-dev is there)" >&2
+  if ((cuda)) && ! grep -rqsE "^(Components:|deb ).*contrib.*non-free" /etc/apt/sources.list /etc/apt/sources.list.d/; then
+    echo "setup.sh: --cuda needs Debian's contrib and non-free components in the apt sources" \
+      "(libtorch-cuda-dev is in contrib, nvidia-cuda-toolkit in non-free)" >&2
     exit 2
   fi
   $SUDO apt-get update -qq
