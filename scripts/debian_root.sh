@@ -34,11 +34,20 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     sha256sum | cut -c1-12)
   roots=${EMBCACHE_ROOTS:-/var/cache/embcache-roots}
   name=$suite${flags:+-cuda}
-  root=$roots/$name-$key
+  root=$roots/$name.$key
+  mkdir -p "$roots"
+  # A lock per name: exclusive while a root is made or removed, shared while a command runs in
+  # one (fd 9 is inherited by the command), so no run removes a root in use.
+  exec 9>"$roots/.$name.lock"
+  flock -x 9
   if [[ ! -f $root/.embcache-root-complete ]]; then
-    mkdir -p "$roots"
-    rm -rf "$root" "$roots/$name-"*.partial
-    for old in "$roots/$name-"*; do [[ -e $old ]] && { echo "debian_root.sh: removing $old (another package list)"; rm -rf "$old"; }; done
+    # Only this name's roots ("trixie.<key>", not "trixie-cuda.<key>"), never while mounted: our
+    # mounts live in the command's private namespace, mmdebstrap's in its own run.
+    for old in "$roots/$name".*; do
+      [[ -e $old ]] || continue
+      echo "debian_root.sh: removing $old (another package list, or unfinished)"
+      rm -rf --one-file-system "$old"
+    done
     mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
     echo "debian_root.sh: making $root with mmdebstrap (once per package list)"
     start=$SECONDS
@@ -57,6 +66,7 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     touch "$root/.embcache-root-complete"
     echo "debian_root.sh: $root made in $((SECONDS - start)) s ($(du -sh "$root" | cut -f1))"
   fi
+  flock -s 9
   exec unshare --mount --propagation private env EMBCACHE_ROOT_NS="$root" "$PWD/scripts/debian_root.sh" "$suite" "${flags[@]}" -- "$@"
 fi
 
