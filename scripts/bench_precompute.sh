@@ -6,13 +6,15 @@
 # Targets (issue 2): heavy wall / encoder-only <= 1.10; light MB/s >= 0.5 x plain HDF5 MB/s.
 # Usage: scripts/bench_precompute.sh [WORK_DIR]   (default: a temporary directory)
 #        ONLY=REGEX runs only the configurations whose label matches (ONLY='^bench-heavy$').
+# From an existing build (a GPU node, no apt): BUILD_DIR=DIR with DIR/apps/embcache/embcache built
+# skips scripts/setup.sh, and PYTHON=any python with torch, h5py and numpy (default /usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
 BUILD=${BUILD_DIR:-build}
+[[ -n ${BUILD_DIR:-} && -x $BUILD/apps/embcache/embcache ]] || scripts/setup.sh >/dev/null
 WORK=${1:-$(mktemp -d /tmp/embcache-bench-XXXXXX)}
 mkdir -p "$WORK"
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 FX=tests/python/fixtures.py
 $PY $FX encoders "$WORK/enc"
 [[ -f $WORK/light.h5 ]] || $PY $FX dataset "$WORK/light.h5" --n 1000 --height 64 --width 64 --dtype uint8

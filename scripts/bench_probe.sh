@@ -8,19 +8,22 @@
 #   cached          >= 20 x the same training with the encoder in the loop
 # GPU tier: only when CUDA is available.
 # Usage: scripts/bench_probe.sh [WORK_DIR]   (default: a temporary directory)
+# From an existing build (a GPU node, no apt): BUILD_DIR=DIR with DIR/apps/embcache/embcache built
+# skips scripts/setup.sh, and PYTHON=any python with torch, h5py and numpy (default /usr/bin/python3).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-scripts/setup.sh >/dev/null
 BUILD=${BUILD_DIR:-build}
+[[ -n ${BUILD_DIR:-} && -x $BUILD/apps/embcache/embcache ]] || scripts/setup.sh >/dev/null
 WORK=${1:-$(mktemp -d /tmp/embcache-bench-probe-XXXXXX)}
 mkdir -p "$WORK"
-PY=/usr/bin/python3
+PY=${PYTHON:-/usr/bin/python3}
 E=$BUILD/apps/embcache/embcache
 B=$BUILD/bench/bench_probe
 CACHE=$WORK/synthetic.h5
 EPOCHS=${EPOCHS:-3}
 
-[[ -f $CACHE ]] || "$B" make-cache "$CACHE" 20000 >/dev/null
+CROPS=${CROPS:-20000}  # 14,976 float16 values (~30 KB) per crop: CROPS=2000000 is a ~60 GB cache, for a GPU
+[[ -f $CACHE ]] || "$B" make-cache "$CACHE" "$CROPS" >/dev/null
 CACHE_BYTES=$(stat -c %s "$CACHE")
 BUDGET=$((CACHE_BYTES / 4))
 # The encoder the cache stands for: a small CNN from 3x96x96 images to the same two levels.
@@ -37,7 +40,7 @@ for k in sys.argv[2].split("."): j=j[k]
 print(j)' "$WORK/$1/metrics.json" "$2"; }
 ratio() { $PY -c 'import sys; print(f"{float(sys.argv[1])/float(sys.argv[2]):.2f}")' "$1" "$2"; }
 
-echo "cache: $CACHE ($((CACHE_BYTES / 1000000)) MB, 20000 crops, float16); $EPOCHS epochs per run; $(nproc) cores"
+echo "cache: $CACHE ($((CACHE_BYTES / 1000000)) MB, $CROPS crops, float16); $EPOCHS epochs per run; $(nproc) cores"
 echo
 echo "== 1. host tier vs the simplest in-memory approach (one linear head, level 1: 1280x3x3) =="
 host=$(probe host-linear --levels 1 --tier host)
