@@ -19,8 +19,8 @@ namespace fs = std::filesystem;
 class RslearnDataset : public WindowSource {
  public:
   explicit RslearnDataset(const RslearnOptions& options) : options_(options) {
+    listing_ = list_rslearn_windows(options);  // JSON and folders only: option errors come first
     init_gdal();
-    listing_ = list_rslearn_windows(options);
     for (const auto& w : listing_.windows) {
       check_crs(w.crs, w.path + "/metadata.json");
       infos_.push_back(w.info);
