@@ -45,7 +45,7 @@ expect_error 3 "encoder file not found" "${RUN[@]}" --encoder nope.pt --dataset 
 expect_error 3 ": is a directory; pass a TorchScript file" "${RUN[@]}" --encoder . --dataset data.h5 --out c.h5
 expect_error 3 "not a loadable TorchScript" "${RUN[@]}" --encoder "$ENC/not_torchscript.pt" --dataset data.h5 --out c.h5
 expect_error 3 "Dict output has the key \"stage/1\", which cannot name a level" "${RUN[@]}" --encoder "$ENC/bad_key.pt" --dataset data.h5 --out c.h5
-expect_error 3 "3 dimensions" "${RUN[@]}" --encoder "$ENC/bad_rank.pt" --dataset data.h5 --out c.h5
+expect_error 3 "1 dimensions" "${RUN[@]}" --encoder "$ENC/bad_rank.pt" --dataset data.h5 --out c.h5
 # The cause from TorchScript's interpreter, not its "The following operation failed" opening line.
 expect_error 3 "forward failed on a batch of shape \[4, 2, 32, 32\]: RuntimeError: .*expected input\[4, 2, 32, 32\] to have 3 channels" \
   "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --bands 0,1

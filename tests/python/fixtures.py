@@ -88,12 +88,26 @@ class Heavy(nn.Module):
 
 class BadRank(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.mean(dim=3)
+        return x.mean(dim=(1, 2, 3))
 
 
-class BadRank5(nn.Module):
+class BadTokens(nn.Module):
+    """13 tokens for 32x32 crops: N - K is no square grid for any K <= 8."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(2)[:, :, :13].transpose(1, 2)
+
+
+class AmbiguousTokens(nn.Module):
+    """16 tokens for 12x12 crops: 0 prefix + 4x4 patches of 3 px, or 7 prefix + 3x3 patches of 4 px."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(2)[:, :, :16].transpose(1, 2).contiguous()
+
+
+class BadRank6(nn.Module):
     def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
-        return [x, x.unsqueeze(1)]
+        return [x, x.unsqueeze(1).unsqueeze(1)]
 
 
 class BadBatch(nn.Module):
@@ -212,6 +226,73 @@ class TinyViT(nn.Module):
         return levels
 
 
+class ViTRegisters(TinyViT):
+    """A ViT with a class token and 4 register tokens that returns two blocks' raw tokens
+    [B, 1 + 4 + N, D], as DINOv2-style models are exported: embcache cuts them itself."""
+
+    def __init__(self, in_ch: int = 3, image: int = 32, patch: int = 8, dim: int = 32):
+        super().__init__(in_ch, image, patch, dim, depth=2, heads=4)
+        self.registers = nn.Parameter(torch.randn(1, 4, dim) * 0.02)
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        b = x.shape[0]
+        t = self.embed(x).flatten(2).transpose(1, 2)
+        t = torch.cat([self.cls.expand(b, -1, -1), t], dim=1) + self.pos
+        t = torch.cat([t[:, :1], self.registers.expand(b, -1, -1), t[:, 1:]], dim=1)
+        levels: List[torch.Tensor] = []
+        for block in self.blocks:
+            t = block(t)
+            levels.append(t)
+        return levels
+
+
+class PatchCopy(nn.Module):
+    """Tokens that are copies of the input: a class token (the per-channel crop mean), 4 register
+    tokens of constants, then each 4x4 patch's pixels in row-major patch order. Its token levels
+    must equal a Python reshape bit for bit."""
+
+    def forward(self, x: torch.Tensor) -> Dict[str, torch.Tensor]:
+        b, c, h, w = x.shape
+        p = 4
+        patches = x.reshape(b, c, h // p, p, w // p, p).permute(0, 2, 4, 1, 3, 5).reshape(b, (h // p) * (w // p), c * p * p)
+        cls = x.mean(dim=(2, 3)).repeat(1, p * p).unsqueeze(1)
+        registers = torch.arange(4, dtype=x.dtype).view(1, 4, 1).expand(b, 4, c * p * p)
+        return {"tokens": torch.cat([cls, registers, patches], dim=1)}
+
+
+class ChannelsLast(nn.Module):
+    """A Swin-style output [B, H, W, C] beside a channels-first one."""
+
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, 6, 3, stride=2, padding=1)
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        y = self.conv(x)
+        return [y.permute(0, 2, 3, 1).contiguous(), y]
+
+
+class Temporal(nn.Module):
+    """A multi-temporal encoder on [B, T, C, h, w]: per-timestep maps [B, T, C', H, W], Prithvi's
+    flattened temporal tokens [B, 1 + T*(h/8)*(w/8), D], and a time-pooled vector."""
+
+    def __init__(self, in_ch: int = 3, dim: int = 8, patch: int = 8):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, 4, 3, stride=2, padding=1)
+        self.embed = nn.Conv2d(in_ch, dim, patch, stride=patch)
+        self.cls = nn.Parameter(torch.randn(1, 1, dim))
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        b, t = x.shape[0], x.shape[1]
+        flat = x.reshape(b * t, x.shape[2], x.shape[3], x.shape[4])
+        maps = torch.relu(self.conv(flat))
+        maps = maps.reshape(b, t, maps.shape[1], maps.shape[2], maps.shape[3])
+        tokens = self.embed(flat).flatten(2).transpose(1, 2)  # [B*T, N, D]
+        tokens = tokens.reshape(b, t * tokens.shape[1], tokens.shape[2])
+        tokens = torch.cat([self.cls.expand(b, -1, -1), tokens], dim=1)
+        return [maps, tokens, maps.mean(dim=(1, 3, 4))]
+
+
 def export_encoders(out_dir: str, in_ch: int) -> None:
     os.makedirs(out_dir, exist_ok=True)
     torch.manual_seed(0)
@@ -230,9 +311,20 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(vit), os.path.join(out_dir, "vit_scripted.pt"))
     traced = torch.jit.trace(vit, example, check_inputs=[(torch.randn(5, in_ch, 32, 32),)], strict=False)
     torch.jit.save(traced, os.path.join(out_dir, "vit_traced.pt"))
+    registers = ViTRegisters(in_ch).eval()
+    torch.jit.save(torch.jit.script(registers), os.path.join(out_dir, "vit_registers_scripted.pt"))
+    traced = torch.jit.trace(registers, example, check_inputs=[(torch.randn(5, in_ch, 32, 32),)], strict=False)
+    torch.jit.save(traced, os.path.join(out_dir, "vit_registers_traced.pt"))
+    torch.jit.save(torch.jit.script(PatchCopy()), os.path.join(out_dir, "patch_copy.pt"))
+    torch.jit.save(torch.jit.script(ChannelsLast(in_ch).eval()), os.path.join(out_dir, "channels_last.pt"))
+    temporal = Temporal(in_ch).eval()
+    torch.jit.save(torch.jit.script(temporal), os.path.join(out_dir, "temporal_scripted.pt"))
+    series = torch.randn(2, 3, in_ch, 32, 32)
+    traced = torch.jit.trace(temporal, series, check_inputs=[(torch.randn(5, 3, in_ch, 32, 32),)], strict=False)
+    torch.jit.save(traced, os.path.join(out_dir, "temporal_traced.pt"))
     with open(os.path.join(out_dir, "vit_attention.txt"), "w") as f:
         f.write(("scaled_dot_product_attention" if HAS_SDPA else "eager") + f" torch {torch.__version__}\n")
-    for name, module in [("bad_rank", BadRank()), ("bad_rank5", BadRank5()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
+    for name, module in [("bad_rank", BadRank()), ("bad_tokens", BadTokens()), ("ambiguous_tokens", AmbiguousTokens()), ("bad_rank6", BadRank6()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
                          ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges()),
                          ("bad_key", BadKey())]:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))
@@ -243,7 +335,7 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
 # ---------------------------------------------------------------- datasets
 def make_dataset(path: str, n: int, channels: int, height: int, width: int, dtype: str,
                  labels: str, masks: bool, seed: int, groups: int, splits: bool,
-                 duplicate_names: bool = False) -> None:
+                 duplicate_names: bool = False, time_steps: int = 0) -> None:
     rng = np.random.default_rng(seed)
     if dtype == "uint8":
         images = rng.integers(0, 256, size=(n, channels, height, width), dtype=np.uint8)
@@ -255,9 +347,11 @@ def make_dataset(path: str, n: int, channels: int, height: int, width: int, dtyp
         images = rng.integers(-100000, 100000, size=(n, channels, height, width), dtype=np.int32)
     else:
         images = rng.standard_normal(size=(n, channels, height, width)).astype(np.float32)
+    if time_steps > 0:  # [N, T, C, H, W]: each step the first image shifted by one pixel more
+        images = np.stack([np.roll(images, t, axis=3) for t in range(time_steps)], axis=1)
     str_dt = h5py.string_dtype("utf-8")
     with h5py.File(path, "w") as f:
-        f.create_dataset("images", data=images, chunks=(1, channels, height, width))
+        f.create_dataset("images", data=images, chunks=(1,) + images.shape[1:])
         names = [f"win{i % max(1, n // groups) if groups > 1 else i}" for i in range(n)]
         if duplicate_names:
             names[-1] = names[0]
@@ -318,7 +412,8 @@ def compare(args) -> int:
     origins = json.load(open(args.origins)) if args.origins else {}
     with h5py.File(args.dataset, "r") as d, h5py.File(args.cache, "r") as c:
         images = d["images"]
-        n, ch, h, w = images.shape
+        n, ch, h, w = images.shape[0], images.shape[-3], images.shape[-2], images.shape[-1]
+        temporal = images.ndim == 5
         names = [s.decode() if isinstance(s, bytes) else s for s in d["names"][:]] if "names" in d else [f"w{i}" for i in range(n)]
         groups = [s.decode() if isinstance(s, bytes) else s for s in d["groups"][:]] if "groups" in d else ["default"] * n
         bands = [int(b) for b in args.bands.split(",")] if args.bands else list(range(ch))
@@ -336,15 +431,18 @@ def compare(args) -> int:
                   f"{len(set(expected) - set(keys))} missing", file=sys.stderr)
             return 1
         level_names = list(c["levels"].keys())
+        int8 = c.attrs.get("dtype") in ("int8", b"int8")
+        worst_int8 = 0.0
 
         def crop_input(key):
             i = expected[key]
             ox, oy = origins.get(f"{key[0]}/{key[1]}", (0, 0))
             x1, y1, x2, y2 = key[2][0] - ox, key[2][1] - oy, key[2][2] - ox, key[2][3] - oy
-            raw = torch.from_numpy(images[i].astype(np.int32) if images.dtype == np.uint16 else images[i])[bands]
-            crop = torch.full((len(bands), y2 - y1, x2 - x1), float(args.pad_value), dtype=torch.float32)
+            raw = torch.from_numpy(images[i].astype(np.int32) if images.dtype == np.uint16 else images[i])
+            raw = raw[:, bands] if temporal else raw[bands]
+            crop = torch.full(raw.shape[:-2] + (y2 - y1, x2 - x1), float(args.pad_value), dtype=torch.float32)
             xe, ye = min(x2, w), min(y2, h)
-            crop[:, : ye - y1, : xe - x1] = raw[:, y1:ye, x1:xe].to(torch.float32)
+            crop[..., : ye - y1, : xe - x1] = raw[..., y1:ye, x1:xe].to(torch.float32)
             x = crop * args.scale if args.scale != 1.0 else crop
             return (x - mean.view(-1, 1, 1)) / std.view(-1, 1, 1)
 
@@ -359,18 +457,58 @@ def compare(args) -> int:
             else:
                 outs = {str(k): v for k, v in enumerate(out)}
             for name in level_names:
-                got = torch.from_numpy(c["levels"][name][rows[0]:rows[-1] + 1].astype(np.float32))
-                want = outs[name].to(torch.float32)
+                ds = c["levels"][name]
+                got = torch.from_numpy(ds[rows[0]:rows[-1] + 1].astype(np.float32))
+                want = stored_level(ds.attrs, outs, name, crop_h or h).to(torch.float32)
                 if got.shape != want.shape:
                     print(f"level {name}: shape {tuple(got.shape)} != {tuple(want.shape)}", file=sys.stderr)
                     return 1
+                if int8:
+                    # x ~= q * scale with |x - q * scale| <= scale / 2 (docs/cache-format.md)
+                    scale = torch.from_numpy(c["scales"][name][rows[0]:rows[-1] + 1])
+                    scale = scale.reshape(scale.shape + (1,) * (got.dim() - scale.dim()))
+                    excess = ((got * scale - want).abs() - scale / 2).max()
+                    worst_int8 = max(worst_int8, float(excess / max(float(want.abs().max()), 1e-12)))
+                    continue
                 err = float((got - want).abs().max()) / max(float(want.abs().max()), 1e-12)
                 worst = max(worst, err)
+    if int8:
+        print(json.dumps({"rows": len(keys), "max_excess_over_half_scale": worst_int8}))
+        if worst_int8 > args.tolerance:
+            print(f"int8 error exceeds scale/2 by {worst_int8} (relative) > {args.tolerance}", file=sys.stderr)
+            return 1
+        return 0
     print(json.dumps({"rows": len(keys), "max_relative_error": worst}))
     if worst > args.tolerance:
         print(f"max relative error {worst} > {args.tolerance}", file=sys.stderr)
         return 1
     return 0
+
+
+def stored_level(attrs, outs, name: str, crop_h: int) -> torch.Tensor:
+    """What embcache stores for a level, computed from the encoder's outputs by the rule of
+    docs/encoders.md with plain torch reshapes."""
+    def attr(key, default):
+        v = attrs.get(key, default)
+        return v.decode() if isinstance(v, bytes) else v
+    source = attr("source", "map")
+    t = outs[attr("source_output", name)]
+    if source in ("map", "vector"):
+        return t
+    if source == "channels_last":
+        return t.permute(0, 3, 1, 2)
+    k, p, steps = int(attr("prefix_tokens", 0)), int(attr("patch_size", 0)), int(attr("time_steps", 0))
+    axis = 2 if t.dim() == 4 else 1
+    if source in ("class_token", "prefix_token"):
+        return t.select(axis, int(attr("token", 0)))
+    b, d = t.shape[0], t.shape[-1]
+    gh = crop_h // p
+    patches = t.narrow(axis, k, t.shape[axis] - k)
+    if steps:
+        gw = patches.shape[axis] // (gh * (steps if axis == 1 else 1))
+        return patches.reshape(b, steps, gh, gw, d).permute(0, 1, 4, 2, 3)
+    gw = patches.shape[1] // gh
+    return patches.reshape(b, gh, gw, d).permute(0, 3, 1, 2)
 
 
 def read_cache_by_key(path: str):
@@ -429,6 +567,7 @@ def main() -> int:
     d.add_argument("--groups", type=int, default=1)
     d.add_argument("--splits", action="store_true")
     d.add_argument("--duplicate-names", action="store_true")
+    d.add_argument("--time-steps", type=int, default=0, help="write /images as [N, T, C, H, W]")
     c = sub.add_parser("compare")
     c.add_argument("cache")
     c.add_argument("dataset")
@@ -452,7 +591,7 @@ def main() -> int:
         return 0
     if args.cmd == "dataset":
         make_dataset(args.out, args.n, args.channels, args.height, args.width, args.dtype, args.labels,
-                     args.masks, args.seed, args.groups, args.splits, args.duplicate_names)
+                     args.masks, args.seed, args.groups, args.splits, args.duplicate_names, args.time_steps)
         return 0
     if args.cmd == "vit-archive":
         if not HAS_SDPA:

@@ -410,8 +410,9 @@ TEST_CASE("bad encoders: one clear error each, and no cache written") {
   };
   for (const Case& c : {Case{"not_torchscript.pt", "not a loadable TorchScript"},
                         Case{"missing.pt", "encoder file not found"},
-                        Case{"bad_rank.pt", "3 dimensions"},
-                        Case{"bad_rank5.pt", "output [1] has 5 dimensions"},
+                        Case{"bad_rank.pt", "output 0 has 1 dimensions"},
+                        Case{"bad_rank6.pt", "output [1] has 6 dimensions"},
+                        Case{"bad_tokens.pt", "has 13 tokens for 16x16 crops, which fits no patch grid"},
                         Case{"bad_batch.pt", "batch dimension 1"},
                         Case{"bad_type.pt", "Int"},
                         Case{"shape_changes.pt", "changed shape between batches"},

@@ -38,7 +38,7 @@ nlohmann::json inspect_cache(const std::string& path) {
   CacheFileReader reader(path);
   nlohmann::json j;
   j["path"] = path;
-  j["format"] = kCacheFormatVersion;
+  j["format"] = h5::read_attr_int(reader.file(), "embcache_format").value_or(1);
   j["embcache_version"] = reader.embcache_version();
   j["rows"] = reader.rows();
   j["signature"] = reader.signature();
@@ -65,11 +65,21 @@ nlohmann::json inspect_cache(const std::string& path) {
   nlohmann::json levels = nlohmann::json::array();
   for (const auto& level : reader.levels()) {
     h5::Handle ds = h5::open_dataset(reader.file(), std::string(cache_paths::kLevels) + "/" + level.name);
-    levels.push_back({{"name", level.name},
-                      {"index", level.index},
-                      {"shape", level.row_shape},
-                      {"stride", level.stride},
-                      {"bytes", h5::storage_size(ds.get())}});
+    std::int64_t bytes = h5::storage_size(ds.get());
+    if (reader.storage().dtype == StorageDtype::kInt8) {
+      bytes += h5::storage_size(h5::open_dataset(reader.file(), std::string(cache_paths::kScales) + "/" + level.name).get());
+    }
+    const LevelOrigin& o = level.origin;
+    nlohmann::json entry = {{"name", level.name},     {"index", level.index}, {"shape", level.row_shape},
+                            {"stride", level.stride}, {"bytes", bytes},       {"source", level_source_name(o.source)},
+                            {"source_output", o.output}};
+    if (o.patch_size > 0) {
+      entry["patch_size"] = o.patch_size;
+      entry["prefix_tokens"] = o.prefix_tokens;
+    }
+    if (o.token >= 0) entry["token"] = o.token;
+    if (o.time_steps > 0) entry["time_steps"] = o.time_steps;
+    levels.push_back(entry);
   }
   j["levels"] = levels;
   j["labels"] = label_kinds_to_json(reader.label_kinds());
@@ -103,6 +113,27 @@ std::string describe_labels(const LabelKinds& kinds) {
   std::string out;
   for (const auto& part : parts) out += (out.empty() ? "" : ", ") + part;
   return out;
+}
+
+// What a level came from, in words: "" for a map or vector as the encoder returned it.
+std::string describe_origin(const nlohmann::json& level) {
+  const std::string source = level.value("source", std::string("map"));
+  const std::string output = level.value("source_output", std::string());
+  std::string text;
+  if (source == "patch_tokens") {
+    text = "patch tokens of output " + output + " (patch " + std::to_string(level.value("patch_size", 0)) + ", " +
+           std::to_string(level.value("prefix_tokens", 0)) + " prefix tokens)";
+  } else if (source == "class_token") {
+    text = "class token of output " + output;
+  } else if (source == "prefix_token") {
+    text = "prefix token " + std::to_string(level.value("token", 0)) + " of output " + output;
+  } else if (source == "channels_last") {
+    text = "output " + output + " turned from [B, H, W, C]";
+  }
+  if (level.contains("time_steps")) {
+    text += std::string(text.empty() ? "" : ", ") + std::to_string(level["time_steps"].get<std::int64_t>()) + " time steps";
+  }
+  return text;
 }
 
 // "1 2 3" from a JSON list of numbers.
@@ -179,8 +210,10 @@ void run_inspect_command(const InspectOptions& options) {
   for (const auto& level : j["levels"]) {
     const std::int64_t stride = level["stride"].get<std::int64_t>();
     const std::string where = stride > 0 ? "stride " + std::to_string(stride) : "vector";
-    std::printf("    %-12s shape %-18s %-10s %s\n", level["name"].get<std::string>().c_str(),
-                level["shape"].dump().c_str(), where.c_str(), format_bytes(level["bytes"].get<double>()).c_str());
+    const std::string origin = describe_origin(level);
+    const std::string bytes = format_bytes(level["bytes"].get<double>());
+    std::printf("    %-12s shape %-18s %-10s %s\n", level["name"].get<std::string>().c_str(), level["shape"].dump().c_str(),
+                where.c_str(), origin.empty() ? bytes.c_str() : (bytes + std::string(bytes.size() < 10 ? 10 - bytes.size() : 0, ' ') + "  " + origin).c_str());
   }
   std::printf("  labels: %s\n", describe_labels(label_kinds_from_json(j["labels"])).c_str());
   if (j["pending_segments"].get<std::int64_t>() > 0) {

@@ -29,6 +29,9 @@ struct OptionField {
   bool numeric = false;     // text that holds numbers (lr "1e-3,1e-2"): JSON must give numbers
   bool in_json = true;      // false: set by `embcache run` itself (outputs, progress)
   bool show_default = true;
+  // Came after studies had run ids: enters a run's identity only when set to something other
+  // than its default, so that finished runs keep their ids (docs/run.md).
+  bool identity_when_set = false;
 
   std::string json_key() const {
     std::string key = name;
@@ -36,6 +39,13 @@ struct OptionField {
     return key;
   }
 };
+
+// Whether `field` of `options` holds its default value (that of a default-constructed T).
+template <class T>
+bool at_default(const OptionField<T>& field, const T& options) {
+  static const T defaults{};
+  return std::visit([&](auto member) { return options.*member == defaults.*member; }, field.member);
+}
 
 // Builds a field table in --help order: t.add(...) returns the new field for its flags.
 template <class T>

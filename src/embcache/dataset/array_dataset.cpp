@@ -73,17 +73,19 @@ class ArrayDataset final : public WindowSource {
 
   const std::vector<WindowInfo>& windows() const override { return windows_; }
   std::int64_t channels() const override { return std::int64_t(dims_[1]); }
+  std::int64_t time_steps() const override { return time_steps_; }
   LabelKinds label_kinds() const override { return kinds_; }
   std::string describe() const override {
     return path_ + " (array dataset, " + std::to_string(windows_.size()) + " windows, " +
-           std::to_string(dims_[1]) + "x" + std::to_string(dims_[2]) + "x" +
+           (time_steps_ > 0 ? std::to_string(time_steps_) + "x" : "") + std::to_string(dims_[1]) + "x" + std::to_string(dims_[2]) + "x" +
            std::to_string(dims_[3]) + " " + pixel_type_name_ + ")";
   }
 
   WindowData read(std::size_t index) override {
     WindowData data;
-    data.pixels = at::empty({std::int64_t(dims_[1]), std::int64_t(dims_[2]), std::int64_t(dims_[3])},
-                            at::TensorOptions().dtype(pixel_.scalar));
+    std::vector<std::int64_t> shape{std::int64_t(dims_[1]), std::int64_t(dims_[2]), std::int64_t(dims_[3])};
+    if (time_steps_ > 0) shape.insert(shape.begin(), time_steps_);
+    data.pixels = at::empty(shape, at::TensorOptions().dtype(pixel_.scalar));
     h5::read_rows(images_.get(), pixel_.mem_type, index, 1, data.pixels.data_ptr(),
                   path_ + ":/images");
     if (kinds_.has_class) {
@@ -116,9 +118,15 @@ class ArrayDataset final : public WindowSource {
     }
     images_ = h5::open_dataset_for_rows(file_.get(), "images", kRowChunkCacheBytes);
     dims_ = h5::dataset_dims(images_.get(), path_ + ":/images");
-    if (dims_.size() != 4) {
+    if (dims_.size() != 4 && dims_.size() != 5) {
       throw InputError(path_ + ": /images has rank " + std::to_string(dims_.size()) +
-                       "; expected [N, C, H, W] (rank 4)");
+                       "; expected [N, C, H, W] (rank 4), or [N, T, C, H, W] (rank 5) for time series");
+    }
+    if (dims_.size() == 5) {
+      // From here on dims_ is [N, C, H, W] and the time axis is time_steps_.
+      time_steps_ = std::int64_t(dims_[1]);
+      dims_.erase(dims_.begin() + 1);
+      if (time_steps_ == 0) throw InputError(path_ + ": /images [N, T, C, H, W] has T = 0");
     }
     if (dims_[0] == 0) throw InputError(path_ + ": no window to read (/images has 0 rows)");
     h5::Handle type = h5::dataset_type(images_.get(), path_);
@@ -204,7 +212,8 @@ class ArrayDataset final : public WindowSource {
 
   std::string path_;
   h5::Handle file_, images_, labels_, masks_;
-  std::vector<hsize_t> dims_;
+  std::vector<hsize_t> dims_;  // [N, C, H, W], whatever the time axis
+  std::int64_t time_steps_ = 0;
   PixelType pixel_{};
   std::string pixel_type_name_;
   std::vector<WindowInfo> windows_;

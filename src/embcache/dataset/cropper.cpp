@@ -56,7 +56,7 @@ CropPixels cut_crop(const at::Tensor& pixels, const at::Tensor& mask, const Boun
   CropPixels result;
   at::Tensor source = pixels;
   if (!options.bands.empty()) {
-    source = pixels.index_select(0, at::tensor(options.bands, at::kLong));
+    source = pixels.index_select(pixels.dim() - 3, at::tensor(options.bands, at::kLong));  // [C, H, W] or [T, C, H, W]
   }
   result.pixels = padded_slice(source, window_bounds, crop, options.pad_value);
   if (mask.defined()) {

@@ -11,7 +11,7 @@
 namespace embcache {
 
 struct CropPixels {
-  at::Tensor pixels;  // [C', h, w], the window's dtype, contiguous
+  at::Tensor pixels;  // [C', h, w] (or [T, C', h, w]), the window's dtype, contiguous
   at::Tensor mask;    // [h, w] int32, or undefined
   at::Tensor pixel_value;  // [h, w] float32 (NaN past the edge), or undefined
 };

@@ -21,6 +21,7 @@ class ReadAheadSource : public WindowSource {
 
   const std::vector<WindowInfo>& windows() const override { return inner_->windows(); }
   std::int64_t channels() const override { return inner_->channels(); }
+  std::int64_t time_steps() const override { return inner_->time_steps(); }
   LabelKinds label_kinds() const override { return inner_->label_kinds(); }
   std::string describe() const override { return inner_->describe(); }
   std::vector<std::pair<std::string, std::int64_t>> skipped() const override { return inner_->skipped(); }

@@ -26,12 +26,14 @@ class RslearnDataset : public WindowSource {
       infos_.push_back(w.info);
     }
     choose_pixel_type();
+    if (options_.time_axis) choose_time_axis();
     labels_ = listing_.vector_label_kinds;
     if (!options_.label_layer.empty() && !listing_.vector_labels) choose_raster_labels();
   }
 
   const std::vector<WindowInfo>& windows() const override { return infos_; }
-  std::int64_t channels() const override { return listing_.channels; }
+  std::int64_t channels() const override { return time_steps_ > 0 ? listing_.channels / time_steps_ : listing_.channels; }
+  std::int64_t time_steps() const override { return time_steps_; }
   LabelKinds label_kinds() const override { return labels_; }
   std::vector<std::pair<std::string, std::int64_t>> skipped() const override { return listing_.skipped; }
   bool concurrent_reads() const override { return true; }  // each read opens its own GDAL datasets
@@ -99,12 +101,32 @@ class RslearnDataset : public WindowSource {
   }
 
   void read_labels(std::size_t index, WindowData& data) const;
+  // --time-axis: every layer read has the same number T > 1 of timesteps.
+  void choose_time_axis() {
+    std::string first;
+    for (const auto& l : listing_.layers) {
+      const std::int64_t t = listing_.timesteps.at(l.dir);
+      if (first.empty()) {
+        first = l.dir;
+        time_steps_ = t;
+      } else if (t != time_steps_) {
+        throw UsageError(OptionName{"time-axis"}, "layer " + l.dir + " has " + std::to_string(t) + " timesteps and layer " +
+                         first + " has " + std::to_string(time_steps_) + "; a time axis needs the same number in every "
+                         "layer read (drop --time-axis to flatten them into channels)");
+      }
+    }
+    if (time_steps_ <= 1) {
+      throw UsageError(OptionName{"time-axis"}, listing_.root + " has no time axis: the layers read have one timestep "
+                       "each; drop --time-axis");
+    }
+  }
 
   RslearnOptions options_;
   RslearnListing listing_;
   std::vector<WindowInfo> infos_;
   at::ScalarType pixel_type_ = at::kFloat;
   LabelKinds labels_;
+  std::int64_t time_steps_ = 0;
 };
 
 WindowData RslearnDataset::read(std::size_t index) {
@@ -132,6 +154,8 @@ WindowData RslearnDataset::read(std::size_t index) {
     channel += std::int64_t(numbers.size());
     i = j;
   }
+  // rslearn orders channels band-major (c * T + t): [C * T, H, W] -> [T, C, H, W].
+  if (time_steps_ > 0) data.pixels = data.pixels.view({-1, time_steps_, h, w}).transpose(0, 1).contiguous();
   read_labels(index, data);
   return data;
 }

@@ -27,6 +27,7 @@ struct RslearnOptions {
   std::string classes;         // vector class labels: names in id order; empty = sorted distinct values
   double pad_value = 0.0;      // replaces nodata pixels, like padding past a window's edge
   int reader_threads = 2;      // windows read ahead in parallel (0: read in the caller's thread)
+  bool time_axis = false;      // pixels [T, C, H, W] instead of rslearn's flattened c*T + t channels
 };
 
 struct RslearnLayer {

@@ -24,7 +24,8 @@ struct WindowInfo {
 };
 
 struct WindowData {
-  at::Tensor pixels;       // [C, H, W] in the dataset's integer or float type (uint16 widened to int32)
+  at::Tensor pixels;       // [C, H, W], or [T, C, H, W] with time_steps(), in the dataset's integer or
+                           // float type (uint16 widened to int32)
   std::int64_t label_class = 0;
   at::Tensor label_value;  // float32 [] or [K]; undefined without value labels
   at::Tensor mask;         // int32 [H, W]; undefined without masks
@@ -35,7 +36,9 @@ class WindowSource {
  public:
   virtual ~WindowSource() = default;
   virtual const std::vector<WindowInfo>& windows() const = 0;
-  virtual std::int64_t channels() const = 0;
+  virtual std::int64_t channels() const = 0;  // C: bands, per time step
+  // T when windows have a time axis (pixels [T, C, H, W]), 0 when they have none.
+  virtual std::int64_t time_steps() const { return 0; }
   virtual LabelKinds label_kinds() const = 0;
   // One line saying what this is (path, format, window count), for summaries and inspect.
   virtual std::string describe() const = 0;

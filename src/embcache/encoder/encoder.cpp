@@ -53,34 +53,6 @@ Amp parse_amp(const std::string& text) {
   throw UsageError(OptionName{"amp"}, "expected none, fp16 or bf16, got \"" + text + "\"");
 }
 
-std::vector<std::size_t> select_levels(const EncoderOutput& out, const std::vector<std::string>& request) {
-  std::vector<std::size_t> selected;
-  if (request.empty()) {
-    for (std::size_t i = 0; i < out.names.size(); ++i) selected.push_back(i);
-    return selected;
-  }
-  std::string available;
-  for (const auto& n : out.names) available += (available.empty() ? "" : ",") + n;
-  for (const auto& want : request) {
-    auto it = std::find(out.names.begin(), out.names.end(), want);
-    std::size_t index = std::size_t(it - out.names.begin());
-    if (it == out.names.end()) {
-      char* end = nullptr;
-      const long v = std::strtol(want.c_str(), &end, 10);
-      if (*end != '\0' || v < 0 || std::size_t(v) >= out.names.size()) {
-        throw UsageError(OptionName{"levels"}, "the encoder has no level \"" + want + "\"; it returns " +
-                         std::to_string(out.names.size()) + " levels: " + available);
-      }
-      index = std::size_t(v);
-    }
-    if (std::find(selected.begin(), selected.end(), index) != selected.end()) {
-      throw UsageError(OptionName{"levels"}, "level \"" + want + "\" is listed twice");
-    }
-    selected.push_back(index);
-  }
-  return selected;
-}
-
 std::string torch_version_built() { return TORCH_VERSION; }
 
 std::string torch_version_running() {
@@ -135,9 +107,10 @@ at::Tensor as_level(const c10::IValue& value, const std::string& name, std::int6
                      ", not a Tensor; return a Tensor, a list/tuple of Tensors or Dict[str, Tensor]");
   }
   at::Tensor t = value.toTensor();
-  if (t.dim() != 2 && t.dim() != 4) {
+  if (t.dim() < 2 || t.dim() > 5) {
     throw InputError("encoder output " + name + " has " + std::to_string(t.dim()) +
-                     " dimensions; each level must be [B, C, H, W] or [B, C]");
+                     " dimensions; a level is [B, C], tokens [B, N, D], a map [B, C, H, W] or a temporal map "
+                     "[B, T, C, H, W] (docs/encoders.md)");
   }
   if (t.size(0) != batch) {
     throw InputError("encoder output " + name + " has batch dimension " + std::to_string(t.size(0)) +

@@ -20,12 +20,8 @@ Amp parse_amp(const std::string& text);
 
 struct EncoderOutput {
   std::vector<std::string> names;  // dict keys, or "0", "1", ... in output order
-  std::vector<at::Tensor> levels;  // [B, C, H, W] or [B, C], on the encoder's device
+  std::vector<at::Tensor> levels;  // [B, ...] as returned (rank 2 to 5), on the encoder's device
 };
-
-// The indices of the levels `request` names (dict keys or output indices, in request order;
-// empty = every level). UsageError naming --levels for a level the encoder lacks or one listed twice.
-std::vector<std::size_t> select_levels(const EncoderOutput& out, const std::vector<std::string>& request);
 
 class Encoder {
  public:
@@ -35,7 +31,7 @@ class Encoder {
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
 
-  // Runs forward on a float32 [B, C, h, w] batch (any device; it is moved). Call from the thread
+  // Runs forward on a float32 [B, C, h, w] or [B, T, C, h, w] batch (any device; it is moved). Call from the thread
   // that owns the encoder: inference mode and autocast are thread-local and entered here. Throws
   // InputError for outputs of the wrong type, rank or batch size.
   EncoderOutput forward(const at::Tensor& batch);

@@ -32,7 +32,7 @@ void Preprocess::validate(std::int64_t channels) const {
 at::Tensor Preprocess::apply(const at::Tensor& raw) const {
   at::Tensor x = raw.to(at::kFloat);
   if (scale != 1.0) x = x * scale;
-  const std::int64_t c = raw.size(0);
+  const std::int64_t c = raw.size(-3);  // [C, h, w], or [T, C, h, w]: per band, broadcast over time
   auto per_channel = [c](const std::vector<double>& values) {
     std::vector<float> v(static_cast<std::size_t>(c), static_cast<float>(values[0]));
     if (values.size() == std::size_t(c)) {

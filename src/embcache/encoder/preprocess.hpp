@@ -17,7 +17,7 @@ struct Preprocess {
   // Throws UsageError when the scale is zero or not finite, a std is zero, or (given `channels`)
   // the lengths of mean and std fit neither one value nor one per channel.
   void validate(std::int64_t channels = -1) const;
-  // [C, h, w] any dtype -> float32 [C, h, w]; computed in float32 in this exact order so that
+  // [C, h, w] (or [T, C, h, w]) any dtype -> float32 of the same shape; computed in float32 in this exact order so that
   // the same expression in Python gives bit-identical inputs.
   at::Tensor apply(const at::Tensor& raw) const;
 };

@@ -5,6 +5,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/store/finite_check.hpp"
 #include "embcache/store/fletcher32.hpp"
+#include "embcache/store/int8_quantization.hpp"
 
 namespace embcache {
 
@@ -59,6 +60,7 @@ RowBatch ConvertStage::convert(EncodedBatch& encoded) {
   if (specs_.empty()) specs_ = context_.levels();
   const at::ScalarType target = torch_type(storage_.dtype);
   RowBatch rows;
+  if (storage_.dtype == StorageDtype::kInt8) return quantize(encoded);
   for (const auto& level : encoded.levels) {
     // By torch, never by HDF5; values too large for a 16-bit dtype become Inf here.
     rows.levels.push_back(level.to(target).to(at::kCPU).contiguous());
@@ -75,6 +77,31 @@ RowBatch ConvertStage::convert(EncodedBatch& encoded) {
                      " has NaN/Inf features (or values too large for " + to_string(storage_.dtype) +
                      "); fix the encoder or input, or pass --allow-nonfinite to store them");
   }
+  gather_labels(encoded.items, rows);
+  return rows;
+}
+
+RowBatch ConvertStage::quantize(EncodedBatch& encoded) {
+  RowBatch rows;
+  for (std::size_t k = 0; k < encoded.levels.size(); ++k) {
+    const at::Tensor& level = encoded.levels[k];
+    // int8 holds no NaN/Inf (plan_precompute refuses --allow-nonfinite with it): find the first.
+    const at::Tensor bad_rows = (~at::isfinite(level.to(at::kFloat))).reshape({level.size(0), -1}).any(1);
+    if (bad_rows.any().item<bool>()) {
+      const std::int64_t row = bad_rows.nonzero().select(1, 0)[0].item<std::int64_t>();
+      const CropItem& item = encoded.items[std::size_t(row)];
+      throw InputError("level " + specs_[k].name + " of crop " + item.key.describe() + " has NaN/Inf features" +
+                       (item.input_nonfinite ? " (its input pixels have NaN/Inf after preprocessing)" : "") +
+                       ", which --dtype int8 cannot store; fix the encoder or input, or store a float dtype with "
+                       "--allow-nonfinite");
+    }
+    // On the encoder's device, before the copy to the host: a quarter of the bytes cross.
+    Int8Rows q = quantize_int8(level, specs_[k].is_map() ? 2 : 1);
+    rows.levels.push_back(q.values.to(at::kCPU).contiguous());
+    rows.scales.push_back(q.scales.to(at::kCPU).contiguous());
+    feature_bytes += std::int64_t(rows.levels.back().nbytes() + rows.scales.back().nbytes());
+  }
+  scan_rows(rows, storage_, false);  // the row checksums
   gather_labels(encoded.items, rows);
   return rows;
 }

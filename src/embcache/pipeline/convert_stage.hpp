@@ -1,4 +1,5 @@
-// Stage 4 of precompute: converts encoded levels to the storage dtype (by torch, never by HDF5),
+// Stage 4 of precompute: converts encoded levels to the storage dtype (by torch, never by HDF5;
+// int8 by quantisation with scales),
 // checks them for NaN/Inf, computes each row's checksum off the I/O thread, and gathers the
 // crops' keys and labels into rows for the writer.
 #pragma once
@@ -39,6 +40,7 @@ class ConvertStage {
 
  private:
   RowBatch convert(EncodedBatch& encoded);
+  RowBatch quantize(EncodedBatch& encoded);  // --dtype int8: values and their scales
   void gather_labels(const std::vector<CropItem>& items, RowBatch& rows) const;
 
   EncodedQueue& in_;

@@ -92,15 +92,19 @@ void EncodeStage::choose_batch_size(std::vector<CropItem>& pending) {
 
 void EncodeStage::describe_levels(const EncoderOutput& out, const CropItem& first) {
   stats.input_shape.assign(first.input.sizes().begin(), first.input.sizes().end());
-  selected_ = select_levels(out, settings_.level_request);
-  const std::int64_t h = first.input.size(1);
+  layout_.emplace(out, first.input.unsqueeze(0), settings_.layout);
+  selected_ = layout_->select(settings_.level_request);
+  const StoredLevels stored = layout_->apply(out);
+  const std::int64_t h = first.input.size(-2);
   for (std::size_t i : selected_) {
-    const at::Tensor& t = out.levels[i];
+    const at::Tensor& t = stored.levels[i];
     LevelSpec spec;
-    spec.name = out.names[i];
-    spec.index = std::int64_t(i);
+    spec.name = stored.names[i];
+    spec.index = stored.output_index[i];
+    spec.origin = stored.origins[i];
     spec.row_shape.assign(t.sizes().begin() + 1, t.sizes().end());
-    spec.stride = t.dim() == 4 && t.size(2) > 0 ? h / t.size(2) : 0;
+    const std::int64_t map_h = spec.is_map() ? t.size(t.dim() - 2) : 0;
+    spec.stride = map_h > 0 ? h / map_h : 0;
     specs_.push_back(spec);
   }
   context_.set_levels(specs_);
@@ -113,16 +117,19 @@ bool EncodeStage::emit(std::vector<CropItem> items) {
   // crop's features never depend on where batch boundaries fell (reruns after a crash give
   // bit-identical features).
   if (batch_ > 0 && std::size_t(n) < batch_) {
-    inputs = at::cat({inputs, at::zeros({std::int64_t(batch_) - n, inputs.size(1), inputs.size(2), inputs.size(3)})});
+    std::vector<std::int64_t> pad(inputs.sizes().begin(), inputs.sizes().end());
+    pad[0] = std::int64_t(batch_) - n;
+    inputs = at::cat({inputs, at::zeros(pad)});
   }
   EncoderOutput out = call(inputs);
   if (inputs.size(0) != n) {
     for (auto& level : out.levels) level = level.slice(0, 0, n);
   }
-  if (specs_.empty()) describe_levels(out, items.front());
+  if (!layout_) describe_levels(out, items.front());
+  const StoredLevels stored = layout_->apply(out);
   EncodedBatch encoded;
   for (std::size_t k = 0; k < selected_.size(); ++k) {
-    const at::Tensor& t = out.levels[selected_[k]];
+    const at::Tensor& t = stored.levels[selected_[k]];
     if (std::vector<std::int64_t>(t.sizes().begin() + 1, t.sizes().end()) != specs_[k].row_shape) {
       throw InputError("encoder level " + specs_[k].name + " changed shape between batches: " + specs_[k].shape_text() +
                        " then " + std::string(c10::str(t.sizes().slice(1))) + "; every crop must give the same feature shape");

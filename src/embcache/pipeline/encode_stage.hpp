@@ -14,6 +14,7 @@
 
 #include "embcache/core/clock.hpp"
 #include "embcache/encoder/encoder.hpp"
+#include "embcache/encoder/level_layout.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/run_context.hpp"
 #include "embcache/pipeline/stage_items.hpp"
@@ -28,6 +29,7 @@ class EncodeStage {
     c10::Device device{c10::kCPU};
     int threads = 1;
     std::vector<std::string> level_request;  // empty = every level
+    LayoutOptions layout;                     // how outputs become levels (tokens, channels-last, time)
     StorageDtype dtype = StorageDtype::kFloat32;  // to judge light or heavy by stored bytes
     std::function<void(std::int64_t batch)> on_call;  // tests count encoder calls
   };
@@ -38,7 +40,7 @@ class EncodeStage {
     std::int64_t batch_size = 0;  // the size every stored batch was encoded at
     nlohmann::json trials = nlohmann::json::array();  // --batch-size auto: {batch_size, crops_per_second}
     std::optional<Clock::time_point> first_call_start, last_call_end;
-    std::vector<std::int64_t> input_shape;  // [C, h, w] of one crop
+    std::vector<std::int64_t> input_shape;  // [C, h, w] (or [T, C, h, w]) of one crop
   };
 
   EncodeStage(CropQueue& in, EncodedQueue& out, Encoder& encoder, Settings settings, StagePriority& priority,
@@ -53,7 +55,8 @@ class EncodeStage {
   EncoderOutput call(const at::Tensor& batch);
   // --batch-size auto: times candidate sizes on the first crops (kept in `pending` for encoding).
   void choose_batch_size(std::vector<CropItem>& pending);
-  // The stored levels' specs, from the first batch's output; shared through the run context.
+  // The layout and the stored levels' specs, from the first batch's output; the specs are shared
+  // through the run context.
   void describe_levels(const EncoderOutput& out, const CropItem& first);
   // Encodes one batch (a short last one padded to the full size) and pushes it on; false when
   // the encoded queue was closed.
@@ -68,6 +71,7 @@ class EncodeStage {
   StagePriority& priority_;
   RunContext& context_;
   std::size_t batch_ = 0;  // fixed once chosen
+  std::optional<LevelLayout> layout_;
   std::vector<std::size_t> selected_;
   std::vector<LevelSpec> specs_;
   double last_call_seconds_ = 0;

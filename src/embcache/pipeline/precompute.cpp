@@ -151,7 +151,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   Progress progress("precompute", summary.crops_total, plan.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
   PrepStage::Settings prep{plan.grid, plan.cropper, plan.preprocess, labels, plan.allow_nonfinite};
   prep.cropper.mask_pad_value = labels.ignore_index;
-  EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.storage.dtype,
+  EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.layout, plan.storage.dtype,
                                hooks.on_encoder_call};
   Stages stages{
       PrepStage(queues.raw, queues.crops, windows, std::move(prep), store.committed(), priority),

@@ -36,6 +36,23 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("pad-value", "Pixel value past a small window's edge", &O::pad_value);
     t.add("levels", "Encoder outputs to store: names or indices, comma list (default: all)", &O::levels).shape = S::kList;
     t.last().show_default = false;
+    t.add("patch-size", "Token outputs [B, N, D]: patch size P, or OUTPUT=P,... (default: inferred from N and the crop)",
+          &O::patch_size).show_default = false;
+    t.last().identity_when_set = true;
+    t.add("prefix-tokens", "Token outputs: tokens before the patches (class + registers), K or OUTPUT=K,... (default: inferred)",
+          &O::prefix_tokens).show_default = false;
+    t.last().identity_when_set = true;
+    t.add("keep-prefix-tokens", "Store every prefix token as a level OUTPUT#prefixK (the class token OUTPUT#cls is always stored)",
+          &O::keep_prefix_tokens).identity_when_set = true;
+    t.add("channels-last", "Outputs that are [B, H, W, C] maps (comma list of output names)", &O::channels_last).shape = S::kList;
+    t.last().show_default = false;
+    t.last().identity_when_set = true;
+    t.add("temporal-tokens", "4-D outputs that are temporal tokens [B, T, N, D] (comma list of output names)",
+          &O::temporal_tokens).shape = S::kList;
+    t.last().show_default = false;
+    t.last().identity_when_set = true;
+    t.add("time-axis", "Give the encoder [B, T, C, h, w]: rslearn layers' timesteps on a time axis (array datasets "
+          "with /images [N, T, C, H, W] always have one)", &O::time_axis).identity_when_set = true;
     t.add("bands", "Input channels to use, in order, comma list (default: all)", &O::bands).shape = S::kList;
     t.last().show_default = false;
     t.add("scale", "value = (raw * scale - mean) / std", &O::scale);
@@ -47,7 +64,7 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("device", "auto, cpu, cuda or cuda:N", &O::device);
     t.add("threads", "Intra-op threads for the encoder (0 = one per core)", &O::threads);
     t.add("amp", "Autocast on CUDA: none, fp16 or bf16", &O::amp);
-    t.add("dtype", "Storage dtype: float32, float16 or bfloat16", &O::dtype);
+    t.add("dtype", "Storage dtype: float32, float16, bfloat16 or int8 (quantised, with scales)", &O::dtype);
     t.add("compression", "none, gzip[:LEVEL], lz4 or blosc-zstd", &O::compression);
     t.add("overwrite", "Replace an existing cache instead of extending it", &O::overwrite);
     t.add("allow-nonfinite", "Store NaN/Inf features instead of failing", &O::allow_nonfinite);

@@ -18,6 +18,13 @@ struct PrecomputeOptions {
   std::int64_t overlap = 0;
   double pad_value = 0.0;
   std::string levels;  // "" = every level the encoder returns; else comma list of names/indices
+  // How outputs become levels (docs/encoders.md): "P" or "OUTPUT=P,..."; lists of output names.
+  std::string patch_size;
+  std::string prefix_tokens;
+  bool keep_prefix_tokens = false;
+  std::string channels_last;
+  std::string temporal_tokens;
+  bool time_axis = false;
   std::string bands;   // "" = all channels
   double scale = 1.0;
   std::string mean = "0";

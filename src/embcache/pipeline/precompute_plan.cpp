@@ -63,6 +63,7 @@ void plan_dataset(const PrecomputeOptions& o, PrecomputePlan& plan) {
   r.classes = o.classes;
   r.pad_value = o.pad_value;
   r.reader_threads = o.reader_threads;
+  r.time_axis = o.time_axis;
 }
 
 // Crops, bands and preprocessing: what the encoder gets.
@@ -96,10 +97,47 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
   if (!o.levels.empty()) plan.level_request = split_list(o.levels, {"levels"});
 }
 
+// "P" (every output) or "OUTPUT=P,OUTPUT=P" -> {"": P} or {OUTPUT: P}; values >= `least`.
+std::map<std::string, std::int64_t> parse_per_output(const std::string& text, const char* option, std::int64_t least) {
+  std::map<std::string, std::int64_t> values;
+  if (text.empty()) return values;
+  for (const std::string& item : split_list(text, {option})) {
+    const auto eq = item.find('=');
+    const std::string name = eq == std::string::npos ? "" : item.substr(0, eq);
+    if (eq != std::string::npos && name.empty()) {
+      throw UsageError(OptionName{option}, "expected N or OUTPUT=N,..., got \"" + item + "\"");
+    }
+    const std::int64_t v = parse_int(eq == std::string::npos ? item : item.substr(eq + 1), {option});
+    if (v < least) throw UsageError(OptionName{option}, "must be at least " + std::to_string(least) + ", got " + std::to_string(v));
+    if (!values.emplace(name, v).second) throw UsageError(OptionName{option}, "output \"" + name + "\" is given twice");
+  }
+  return values;
+}
+
+// How the encoder's outputs become levels.
+void plan_layout(const PrecomputeOptions& o, PrecomputePlan& plan) {
+  LayoutOptions& l = plan.layout;
+  l.patch_size = parse_per_output(o.patch_size, "patch-size", 1);
+  l.prefix_tokens = parse_per_output(o.prefix_tokens, "prefix-tokens", 0);
+  l.keep_prefix_tokens = o.keep_prefix_tokens;
+  if (!o.channels_last.empty()) l.channels_last = split_list(o.channels_last, {"channels-last"});
+  if (!o.temporal_tokens.empty()) l.temporal_tokens = split_list(o.temporal_tokens, {"temporal-tokens"});
+  for (const auto& name : l.channels_last) {
+    if (std::find(l.temporal_tokens.begin(), l.temporal_tokens.end(), name) != l.temporal_tokens.end()) {
+      throw UsageError("output " + name + " is named by both --channels-last and --temporal-tokens; a 4-D output is one of the two");
+    }
+  }
+  l.time_axis = o.time_axis;
+}
+
 // Storage, commits and the stages' scheduling.
 void plan_output(const PrecomputeOptions& o, PrecomputePlan& plan) {
   plan.storage.dtype = parse_storage_dtype(o.dtype);
   plan.storage.compression = Compression::parse(o.compression);
+  if (plan.storage.dtype == StorageDtype::kInt8 && o.allow_nonfinite) {
+    throw UsageError(OptionName{"allow-nonfinite"}, "--dtype int8 cannot store NaN/Inf features; drop --allow-nonfinite, "
+                     "or store a float dtype (float32, float16, bfloat16) with it");
+  }
   if (o.commit_seconds <= 0) throw UsageError(OptionName{"commit-seconds"}, "must be positive");
   if (o.segment_mb <= 0) throw UsageError(OptionName{"segment-mb"}, "must be positive");
   plan.policy.segment_seconds = o.commit_seconds;
@@ -123,6 +161,7 @@ PrecomputePlan plan_precompute(const PrecomputeOptions& options) {
   plan.summary_json = options.summary_json;
   plan_input(options, plan);
   plan_encoder(options, plan);
+  plan_layout(options, plan);
   plan_output(options, plan);
   plan_dataset(options, plan);
   return plan;
@@ -166,6 +205,10 @@ std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource&
                        std::to_string(channels) + " channels (0-" + std::to_string(channels - 1) + ")");
     }
   }
+  if (plan.layout.time_axis && source.time_steps() == 0) {
+    throw UsageError(OptionName{"time-axis"}, plan.dataset + " has no time axis (/images is [N, C, H, W]); drop "
+                     "--time-axis, or store /images as [N, T, C, H, W]");
+  }
   const std::int64_t input_channels = plan.cropper.bands.empty() ? channels : std::int64_t(plan.cropper.bands.size());
   plan.preprocess.validate(input_channels);
   return input_channels;
@@ -174,7 +217,7 @@ std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource&
 nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::string& encoder_sha256,
                                     const LabelKinds& labels, const nlohmann::json& source_fields) {
   nlohmann::json signature;
-  signature["format"] = kCacheFormatVersion;
+  signature["format"] = kSignatureFormat;
   signature["encoder_sha256"] = encoder_sha256;
   signature["encoder_path"] = fs::absolute(plan.encoder).string();
   signature["dataset_path"] = fs::absolute(plan.dataset).string();
@@ -186,6 +229,18 @@ nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::strin
   signature["levels_requested"] = plan.level_request.empty() ? nlohmann::json("all") : nlohmann::json(plan.level_request);
   signature["dtype"] = to_string(plan.storage.dtype);
   signature["labels"] = label_kinds_to_json(labels);
+  // Only when set: the signatures of caches made before these options existed stay as they were.
+  if (plan.layout.any()) {
+    const LayoutOptions& l = plan.layout;
+    nlohmann::json layout = nlohmann::json::object();
+    if (!l.patch_size.empty()) layout["patch_size"] = l.patch_size;
+    if (!l.prefix_tokens.empty()) layout["prefix_tokens"] = l.prefix_tokens;
+    if (l.keep_prefix_tokens) layout["keep_prefix_tokens"] = true;
+    if (!l.channels_last.empty()) layout["channels_last"] = l.channels_last;
+    if (!l.temporal_tokens.empty()) layout["temporal_tokens"] = l.temporal_tokens;
+    if (l.time_axis) layout["time_axis"] = true;
+    signature["level_layout"] = layout;
+  }
   signature["embcache_version"] = EMBCACHE_VERSION;
   for (const auto& [k, v] : source_fields.items()) signature[k] = v;
   return signature;
@@ -203,14 +258,23 @@ PrecomputeEstimate estimate_precompute(const PrecomputePlan& plan) {
   const std::int64_t h = plan.grid.height.value_or(windows.front().bounds.height());
   const std::int64_t w = plan.grid.width.value_or(windows.front().bounds.width());
   Encoder encoder(plan.encoder, c10::Device(c10::kCPU), Amp::kNone);
-  const EncoderOutput out = encoder.forward(at::zeros({1, channels, h, w}));
-  for (auto i : select_levels(out, plan.level_request)) {
-    const at::Tensor& level = out.levels[i];
-    estimate.bytes_per_crop += level.numel() * std::int64_t(element_size(plan.storage.dtype));
-    std::string shape;
-    for (std::int64_t d = 1; d < level.dim(); ++d) shape += (d > 1 ? ", " : "") + std::to_string(level.size(d));
-    estimate.levels.push_back(out.names[i] + " [" + shape + "]");
+  std::vector<std::int64_t> input{1, channels, h, w};
+  if (source->time_steps() > 0) input.insert(input.begin() + 1, source->time_steps());
+  const at::Tensor zeros = at::zeros(input);
+  const EncoderOutput out = encoder.forward(zeros);
+  const LevelLayout layout(out, zeros, plan.layout);
+  const StoredLevels stored = layout.apply(out);
+  std::vector<LevelSpec> specs;
+  for (auto i : layout.select(plan.level_request)) {
+    const at::Tensor& level = stored.levels[i];
+    LevelSpec spec;
+    spec.name = stored.names[i];
+    spec.origin = stored.origins[i];
+    spec.row_shape.assign(level.sizes().begin() + 1, level.sizes().end());
+    estimate.levels.push_back(spec.name + " " + spec.shape_text());
+    specs.push_back(std::move(spec));
   }
+  estimate.bytes_per_crop = row_feature_bytes(specs, plan.storage.dtype);
   return estimate;
 }
 

@@ -18,6 +18,7 @@
 #include "embcache/dataset/cropper.hpp"
 #include "embcache/dataset/rslearn_dataset.hpp"
 #include "embcache/encoder/encoder.hpp"
+#include "embcache/encoder/level_layout.hpp"
 #include "embcache/encoder/preprocess.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute_options.hpp"
@@ -43,6 +44,7 @@ struct PrecomputePlan {
   int threads = 1;                    // the encoder's intra-op threads (0 resolved to the cores)
   StorageOptions storage;
   std::vector<std::string> level_request;  // empty = every level
+  LayoutOptions layout;                    // tokens, channels-last maps, time axes
   CommitPolicy policy;
   StageScheduling stage_scheduling = StageScheduling::kAuto;
   bool overwrite = false, allow_nonfinite = false, quiet = false;

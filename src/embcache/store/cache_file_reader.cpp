@@ -26,6 +26,26 @@ std::string not_an_hdf5_file_reason(const std::string& path) {
   return "";
 }
 
+// The level attributes of format 2; a format 1 level is a map or a vector by its rank.
+LevelOrigin read_origin(hid_t ds, const LevelSpec& spec, const std::string& where) {
+  LevelOrigin origin;
+  origin.output = h5::read_attr_string(ds, "source_output").value_or(spec.name);
+  origin.time_steps = h5::read_attr_int(ds, "time_steps").value_or(0);
+  const std::size_t vector_rank = origin.time_steps > 0 ? 2 : 1;
+  origin.source = spec.row_shape.size() == vector_rank ? LevelSource::kVector : LevelSource::kMap;
+  if (const auto source = h5::read_attr_string(ds, "source")) {
+    try {
+      origin.source = parse_level_source(*source);
+    } catch (const InputError& e) {
+      throw InputError(where + ": " + e.what());
+    }
+  }
+  origin.patch_size = h5::read_attr_int(ds, "patch_size").value_or(0);
+  origin.prefix_tokens = h5::read_attr_int(ds, "prefix_tokens").value_or(0);
+  origin.token = h5::read_attr_int(ds, "token").value_or(-1);
+  return origin;
+}
+
 }  // namespace
 
 std::string not_a_cache_reason(const std::string& path) {
@@ -83,6 +103,8 @@ CacheFileReader::CacheFileReader(std::string path) : path_(std::move(path)) {
                        "; the cache is damaged, rebuild it with --overwrite");
     }
     for (std::size_t i = 1; i < dims.size(); ++i) spec.row_shape.push_back(std::int64_t(dims[i]));
+    spec.origin = read_origin(ds.get(), spec, path_ + ":/" + ds_path);
+    if (storage_.dtype == StorageDtype::kInt8) check_scales(spec);
     levels_.push_back(std::move(spec));
   }
 }
@@ -168,6 +190,9 @@ RowBatch CacheFileReader::read_rows(std::int64_t start, std::int64_t count) cons
   h5::read_rows(h5::open_dataset(f, cache_paths::kPixelHash).get(), H5T_NATIVE_UINT64, s, n,
                 batch.pixel_hashes.data(), path_);
   for (const auto& level : levels_) batch.levels.push_back(read_level(level, start, count));
+  if (storage_.dtype == StorageDtype::kInt8) {
+    for (const auto& level : levels_) batch.scales.push_back(read_scales(level, start, count));
+  }
   if (labels_.has_class) {
     batch.label_class = at::empty({count}, at::kLong);
     h5::read_rows(h5::open_dataset(f, cache_paths::kLabelClass).get(), H5T_NATIVE_INT64, s, n,
@@ -200,6 +225,32 @@ at::Tensor CacheFileReader::read_level(const LevelSpec& level, std::int64_t star
     h5::Handle type = hdf5_type(storage_.dtype);
     h5::read_rows(ds.get(), type.get(), hsize_t(start), hsize_t(count), t.data_ptr(), path_ + ":/" + ds_path);
   }
+  return t;
+}
+
+void CacheFileReader::check_scales(const LevelSpec& level) const {
+  const std::string ds_path = std::string(cache_paths::kScales) + "/" + level.name;
+  if (!h5::exists(file_.get(), cache_paths::kScales) || !h5::exists(file_.get(), ds_path)) {
+    throw InputError(path_ + ": int8 level " + level.name + " has no /" + ds_path +
+                     ", so it cannot be de-quantised; the cache is damaged, rebuild it with --overwrite");
+  }
+  const auto dims = h5::dataset_dims(h5::open_dataset(file_.get(), ds_path).get(), path_ + ":/" + ds_path);
+  std::vector<std::int64_t> want{rows_};
+  for (auto d : level.scale_shape()) want.push_back(d);
+  if (std::vector<std::int64_t>(dims.begin(), dims.end()) != want) {
+    throw InputError(path_ + ": /" + ds_path + " does not match level " + level.name + " (one scale per row" +
+                     (level.is_map() ? " and channel" : "") + " expected); the cache is damaged, rebuild it with --overwrite");
+  }
+}
+
+at::Tensor CacheFileReader::read_scales(const LevelSpec& level, std::int64_t start, std::int64_t count) const {
+  std::vector<std::int64_t> shape{count};
+  for (auto d : level.scale_shape()) shape.push_back(d);
+  at::Tensor t = at::empty(shape, at::kFloat);
+  if (count == 0) return t;
+  const std::string ds_path = std::string(cache_paths::kScales) + "/" + level.name;
+  h5::read_rows(h5::open_dataset(file_.get(), ds_path).get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(count),
+                t.data_ptr(), path_ + ":/" + ds_path);
   return t;
 }
 

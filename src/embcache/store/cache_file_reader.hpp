@@ -1,4 +1,4 @@
-// Reads one cache file (format v1): signature, level specs, index columns and row blocks.
+// Reads one cache file (format 1 or 2): signature, level specs, index columns and row blocks.
 #pragma once
 
 #include <cstdint>
@@ -44,6 +44,8 @@ class CacheFileReader : public RowSource {
   std::int64_t row_feature_bytes() const override;
   // Rows [start, start + count) of one level, in the storage dtype: [count, ...row_shape].
   at::Tensor read_level(const LevelSpec& level, std::int64_t start, std::int64_t count) const;
+  // int8 caches: rows [start, start + count) of a level's scales, float32 [count, ...scale_shape].
+  at::Tensor read_scales(const LevelSpec& level, std::int64_t start, std::int64_t count) const;
   // Rows of /labels/mask as int32 [count, h, w]; mask_shape() is {h, w}, or {} without masks.
   at::Tensor read_masks(std::int64_t start, std::int64_t count) const;
   std::vector<std::int64_t> mask_shape() const;
@@ -55,6 +57,7 @@ class CacheFileReader : public RowSource {
 
  private:
   std::vector<std::int64_t> dense_shape(const char* name) const;
+  void check_scales(const LevelSpec& level) const;  // InputError when /scales/<level> is missing or wrong
   at::Tensor read_dense(const char* name, hid_t mem_type, at::ScalarType dtype, std::int64_t start, std::int64_t count) const;
 
   std::string path_;

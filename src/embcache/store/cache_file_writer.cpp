@@ -20,6 +20,18 @@ void check_rows(const at::Tensor& t, std::size_t rows, const std::string& what) 
   }
 }
 
+// The level attributes that say what a level came from (docs/cache-format.md, "Levels").
+void write_origin(hid_t ds, const LevelOrigin& origin) {
+  h5::write_attr(ds, "source", std::string(level_source_name(origin.source)));
+  if (!origin.output.empty()) h5::write_attr(ds, "source_output", origin.output);
+  if (origin.patch_size > 0) {
+    h5::write_attr(ds, "patch_size", origin.patch_size);
+    h5::write_attr(ds, "prefix_tokens", origin.prefix_tokens);
+  }
+  if (origin.token >= 0) h5::write_attr(ds, "token", origin.token);
+  if (origin.time_steps > 0) h5::write_attr(ds, "time_steps", origin.time_steps);
+}
+
 }  // namespace
 
 CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
@@ -32,7 +44,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
       expected_rows_(expected_rows) {
   file_ = h5::create_file(path_);
   const hid_t root = file_.get();
-  h5::write_attr(root, "embcache_format", kCacheFormatVersion);
+  h5::write_attr(root, "embcache_format", format_version_needed(levels_, storage_.dtype));
   h5::write_attr(root, "embcache_version", std::string(EMBCACHE_VERSION));
   h5::write_attr(root, "signature", signature.dump());
   h5::write_attr(root, "compression", storage_.compression.to_string());
@@ -69,6 +81,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     h5::write_attr(ds.get(), "level_index", level.index);
     h5::write_attr(ds.get(), "channels", level.row_shape.empty() ? 0 : level.row_shape[0]);
     h5::write_attr(ds.get(), "stride", level.stride);
+    write_origin(ds.get(), level.origin);
     level_datasets_.push_back(std::move(ds));
     DirectLevel direct;
     direct.row_bytes = level.row_bytes(storage_.dtype);
@@ -76,6 +89,14 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     direct.enabled = whole_rows && storage_.own_checksums();
     if (direct.enabled) direct.pending.resize(chunk_rows_ * direct.row_bytes + 4);
     direct_.push_back(std::move(direct));
+  }
+  if (storage_.dtype == StorageDtype::kInt8) {
+    for (const LevelSpec& level : levels_) {
+      std::vector<hsize_t> shape;
+      for (auto d : level.scale_shape()) shape.push_back(hsize_t(d));
+      scale_datasets_.push_back(create_column(std::string(cache_paths::kScales) + "/" + level.name, H5T_IEEE_F32LE,
+                                              shape, chunk_rows_));
+    }
   }
   if (labels_.has_class) {
     label_class_ = create_column(cache_paths::kLabelClass, H5T_STD_I64LE, {}, kColumnChunkRows);
@@ -186,6 +207,15 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
                       path_ + ":/levels/" + levels_[i].name);
     }
     feature_bytes_ += std::int64_t(t.nbytes());
+  }
+  if (!scale_datasets_.empty() && !levels_.empty()) {
+    if (batch.scales.size() != levels_.size()) throw Error(ExitCode::kInternal, "an int8 row batch without its scales");
+    for (std::size_t i = 0; i < levels_.size(); ++i) {
+      const at::Tensor& t = batch.scales[i];
+      check_rows(t, n, "scales/" + levels_[i].name);
+      h5::append_rows(scale_datasets_[i].get(), H5T_NATIVE_FLOAT, n, t.data_ptr(), path_ + ":/scales/" + levels_[i].name);
+      feature_bytes_ += std::int64_t(t.nbytes());
+    }
   }
   if (labels_.has_class) {
     check_rows(batch.label_class, n, "labels/class");
@@ -371,6 +401,7 @@ void CacheFileWriter::close() {
   if (writeback_) writeback_->drain();  // it uses the file descriptor that H5Fclose closes
   group_.reset(); window_.reset(); split_.reset(); bounds_.reset(); pixel_hash_.reset();
   level_datasets_.clear();
+  scale_datasets_.clear();
   label_class_.reset(); label_value_.reset(); label_mask_.reset(); label_pixel_value_.reset();
   // Close explicitly to see the error (disk full shows up here as often as in writes).
   h5::close_file(file_, path_);

@@ -1,4 +1,4 @@
-// Writes one complete cache file (format v1) by appending row batches; used for both segment
+// Writes one complete cache file (format 1 or 2, the lowest that describes it) by appending row batches; used for both segment
 // files and the consolidated cache. The file is only trustworthy after close() returns.
 #pragma once
 
@@ -110,6 +110,7 @@ class CacheFileWriter {
   h5::Handle file_;
   h5::Handle group_, window_, split_, bounds_, pixel_hash_;
   std::vector<h5::Handle> level_datasets_;
+  std::vector<h5::Handle> scale_datasets_;  // int8: /scales/<level>, one per level
   std::vector<DirectLevel> direct_;
   hsize_t chunk_rows_ = 1;  // shared by every level: chunk k holds rows [k*R, (k+1)*R) everywhere
   h5::Handle label_class_, label_value_, label_mask_, label_pixel_value_;

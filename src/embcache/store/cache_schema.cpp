@@ -16,10 +16,35 @@ std::size_t LevelSpec::row_bytes(StorageDtype dtype) const {
   return bytes;
 }
 
+std::vector<std::int64_t> LevelSpec::pooled_time_shape() const {
+  if (!temporal()) return row_shape;
+  return std::vector<std::int64_t>(row_shape.begin() + 1, row_shape.end());
+}
+
+std::vector<std::int64_t> LevelSpec::scale_shape() const {
+  const std::size_t feature_axes = is_map() ? 2 : 1;
+  return std::vector<std::int64_t>(row_shape.begin(), row_shape.end() - std::ptrdiff_t(feature_axes));
+}
+
 std::int64_t row_feature_bytes(const std::vector<LevelSpec>& levels, StorageDtype dtype) {
   std::int64_t total = 0;
-  for (const auto& level : levels) total += std::int64_t(level.row_bytes(dtype));
+  for (const auto& level : levels) {
+    total += std::int64_t(level.row_bytes(dtype));
+    if (dtype == StorageDtype::kInt8) {
+      std::int64_t scales = 1;
+      for (auto d : level.scale_shape()) scales *= d;
+      total += 4 * scales;
+    }
+  }
   return total;
+}
+
+std::int64_t format_version_needed(const std::vector<LevelSpec>& levels, StorageDtype dtype) {
+  if (dtype == StorageDtype::kInt8) return 2;
+  for (const auto& level : levels) {
+    if (level.origin.needs_format_2()) return 2;
+  }
+  return 1;
 }
 
 bool is_informational_signature_field(const std::string& key) {

@@ -30,9 +30,30 @@ void write_array(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_
 nlohmann::json levels_to_json(const std::vector<LevelSpec>& levels) {
   nlohmann::json j = nlohmann::json::array();
   for (const auto& l : levels) {
-    j.push_back({{"name", l.name}, {"index", l.index}, {"stride", l.stride}, {"row_shape", l.row_shape}});
+    const LevelOrigin& o = l.origin;
+    j.push_back({{"name", l.name}, {"index", l.index}, {"stride", l.stride}, {"row_shape", l.row_shape},
+                 {"source", level_source_name(o.source)}, {"source_output", o.output}, {"patch_size", o.patch_size},
+                 {"prefix_tokens", o.prefix_tokens}, {"token", o.token}, {"time_steps", o.time_steps}});
   }
   return j;
+}
+
+// Records written by builds before format 2 hold no origin: a map or vector by its rank.
+LevelSpec level_from_json(const nlohmann::json& l) {
+  LevelSpec spec;
+  spec.name = l.at("name").get<std::string>();
+  spec.index = l.at("index").get<std::int64_t>();
+  spec.stride = l.at("stride").get<std::int64_t>();
+  spec.row_shape = l.at("row_shape").get<std::vector<std::int64_t>>();
+  LevelOrigin& o = spec.origin;
+  o.output = l.value("source_output", spec.name);
+  o.time_steps = l.value("time_steps", std::int64_t(0));
+  o.source = spec.row_shape.size() == (o.time_steps > 0 ? 2u : 1u) ? LevelSource::kVector : LevelSource::kMap;
+  if (l.contains("source")) o.source = parse_level_source(l.at("source").get<std::string>());
+  o.patch_size = l.value("patch_size", std::int64_t(0));
+  o.prefix_tokens = l.value("prefix_tokens", std::int64_t(0));
+  o.token = l.value("token", std::int64_t(-1));
+  return spec;
 }
 
 }  // namespace
@@ -52,11 +73,13 @@ void write_commit_record(const std::string& path, const Signature& signature, co
     for (const RowBatch& part : parts) {
       RowBatch index = part;
       index.levels.clear();
+      index.scales.clear();
       index.row_checksums.clear();
       writer.append(index);
     }
     writer.close();
   }
+  const bool int8 = parse_storage_dtype(signature.value("dtype", std::string("float32"))) == StorageDtype::kInt8;
   h5::Handle file = h5::open_file(path, true);
   h5::Handle group = h5::create_group(file.get(), kCommitGroup);
   h5::write_attr(group.get(), "first_row", first_row);
@@ -74,6 +97,14 @@ void write_commit_record(const std::string& path, const Signature& signature, co
     write_array(level.get(), "chunks", H5T_STD_I64LE, H5T_NATIVE_INT64, {hsize_t(r.chunks.size()), 3}, table.data(), path);
     write_array(level.get(), "tail", H5T_STD_U8LE, H5T_NATIVE_UINT8, {hsize_t(r.tail.size())}, r.tail.data(), path);
     h5::write_attr(level.get(), "tail_first", r.tail_first);
+    if (int8) {
+      // The committed rows' scales, whole: they are small (one float per row and channel).
+      std::vector<at::Tensor> scales;
+      for (const RowBatch& part : parts) scales.push_back(part.scales.at(i));
+      const at::Tensor all = at::cat(scales).contiguous();
+      std::vector<hsize_t> dims(all.sizes().begin(), all.sizes().end());
+      write_array(level.get(), "scales", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, all.data_ptr(), path);
+    }
   }
   group = h5::Handle();
   h5::close_file(file, path);
@@ -142,13 +173,11 @@ CommittedRows::CommittedRows(std::string path, std::shared_ptr<RecordedChunks> c
   chunk_rows_ = std::max<std::int64_t>(1, h5::read_attr_int(group.get(), "chunk_rows").value_or(1));
   try {
     for (const auto& l : nlohmann::json::parse(h5::read_attr_string(group.get(), "levels").value_or("[]"))) {
-      LevelSpec spec;
-      spec.name = l.at("name").get<std::string>();
-      spec.index = l.at("index").get<std::int64_t>();
-      spec.stride = l.at("stride").get<std::int64_t>();
-      spec.row_shape = l.at("row_shape").get<std::vector<std::int64_t>>();
-      levels_.push_back(std::move(spec));
+      levels_.push_back(level_from_json(l));
     }
+  } catch (const InputError&) {
+    throw InputError(where + ": the commit record's level list names a level source this build does not know; "
+                     "rerun with the embcache that was interrupted, or with --overwrite");
   } catch (const nlohmann::json::exception&) {
     throw InputError(where + ": the commit record's level list is not valid; rerun with --overwrite");
   }
@@ -201,6 +230,16 @@ RowBatch CommittedRows::read_rows(std::int64_t start, std::int64_t count) const 
       row += take;
     }
     batch.levels.push_back(std::move(t));
+    if (dtype == StorageDtype::kInt8) {
+      std::vector<std::int64_t> scale_shape{count};
+      for (auto d : levels_[i].scale_shape()) scale_shape.push_back(d);
+      at::Tensor scales = at::empty(scale_shape, at::kFloat);
+      if (count > 0) {
+        h5::Handle ds = h5::open_dataset(reader_.file(), level_group(i) + "/scales");
+        h5::read_rows(ds.get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(count), scales.data_ptr(), where);
+      }
+      batch.scales.push_back(std::move(scales));
+    }
   }
   return batch;
 }

@@ -26,6 +26,8 @@ bool all_finite(const void* data, std::size_t count, StorageDtype dtype) {
       return exponents_not_all_set<std::uint16_t, 0x7c00u>(static_cast<const std::uint16_t*>(data), count);
     case StorageDtype::kBFloat16:
       return exponents_not_all_set<std::uint16_t, 0x7f80u>(static_cast<const std::uint16_t*>(data), count);
+    case StorageDtype::kInt8:
+      return true;  // integers; the float features were checked before quantisation
   }
   return true;
 }

@@ -14,6 +14,7 @@ struct RowBatch {
   std::vector<std::int64_t> bounds;        // 4 per row: x1, y1, x2, y2
   std::vector<std::uint64_t> pixel_hashes;
   std::vector<at::Tensor> levels;  // one per stored level, [n, ...], storage dtype, contiguous CPU
+  std::vector<at::Tensor> scales;  // int8 storage: one per level, float32 [n, ...scale_shape], contiguous CPU
   at::Tensor label_class;          // int64 [n]
   at::Tensor label_value;          // float32 [n] or [n, K]
   at::Tensor label_mask;           // int32 [n, h, w]
@@ -25,6 +26,7 @@ struct RowBatch {
   std::int64_t feature_bytes() const {
     std::int64_t total = 0;
     for (const auto& t : levels) total += std::int64_t(t.nbytes());
+    for (const auto& t : scales) total += std::int64_t(t.nbytes());
     return total;
   }
 };

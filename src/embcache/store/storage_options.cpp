@@ -25,7 +25,8 @@ StorageDtype parse_storage_dtype(const std::string& text) {
   if (text == "float32") return StorageDtype::kFloat32;
   if (text == "float16") return StorageDtype::kFloat16;
   if (text == "bfloat16") return StorageDtype::kBFloat16;
-  throw UsageError(OptionName{"dtype"}, "expected float32, float16 or bfloat16, got \"" + text + "\"");
+  if (text == "int8") return StorageDtype::kInt8;
+  throw UsageError(OptionName{"dtype"}, "expected float32, float16, bfloat16 or int8, got \"" + text + "\"");
 }
 
 std::string to_string(StorageDtype dtype) {
@@ -33,6 +34,7 @@ std::string to_string(StorageDtype dtype) {
     case StorageDtype::kFloat32: return "float32";
     case StorageDtype::kFloat16: return "float16";
     case StorageDtype::kBFloat16: return "bfloat16";
+    case StorageDtype::kInt8: return "int8";
   }
   return "?";
 }
@@ -41,6 +43,7 @@ at::ScalarType torch_type(StorageDtype dtype) {
   switch (dtype) {
     case StorageDtype::kFloat16: return at::kHalf;
     case StorageDtype::kBFloat16: return at::kBFloat16;
+    case StorageDtype::kInt8: return at::kChar;
     default: return at::kFloat;
   }
 }
@@ -49,11 +52,18 @@ h5::Handle hdf5_type(StorageDtype dtype) {
   switch (dtype) {
     case StorageDtype::kFloat16: return h5::float16_type();
     case StorageDtype::kBFloat16: return h5::bfloat16_type();
+    case StorageDtype::kInt8: return h5::copy_type(H5T_STD_I8LE);
     default: return h5::copy_type(H5T_IEEE_F32LE);
   }
 }
 
-std::size_t element_size(StorageDtype dtype) { return dtype == StorageDtype::kFloat32 ? 4 : 2; }
+std::size_t element_size(StorageDtype dtype) {
+  switch (dtype) {
+    case StorageDtype::kFloat32: return 4;
+    case StorageDtype::kInt8: return 1;
+    default: return 2;
+  }
+}
 
 Compression Compression::parse(const std::string& text) {
   Compression c;

@@ -11,7 +11,8 @@
 
 namespace embcache {
 
-enum class StorageDtype { kFloat32, kFloat16, kBFloat16 };
+// kInt8: symmetric quantisation with float32 scales beside the levels (docs/cache-format.md).
+enum class StorageDtype { kFloat32, kFloat16, kBFloat16, kInt8 };
 
 StorageDtype parse_storage_dtype(const std::string& text);  // UsageError on unknown names
 std::string to_string(StorageDtype dtype);
