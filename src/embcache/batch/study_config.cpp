@@ -401,6 +401,7 @@ class StudyParser {
     for (const auto& field : pre_fields) {
       // Options that do not change what is stored; drop-behind came after studies had run ids.
       if (!field.in_json || field.name == "summary-json" || field.name == "drop-behind") continue;
+      if (field.identity_when_set && at_default(field, entry.options)) continue;
       std::visit([&](auto m) { identity[field.json_key()] = entry.options.*m; }, field.member);
     }
     entry_identity[entry.name] = identity.dump();
@@ -564,6 +565,9 @@ class StudyParser {
     nlohmann::json identity = probe_options_to_json(run.options);
     identity.erase("out");
     identity.erase("quiet");
+    for (const auto& field : probe_fields()) {
+      if (field.identity_when_set && at_default(field, run.options)) identity.erase(field.json_key());
+    }
     identity["cache_identity"] = cache_identity;
     run.id = sha256_hex(identity.dump()).substr(0, 12);
     // A repeated grid value ([1e-3, 0.001]) or a copied entry would train one probe twice into

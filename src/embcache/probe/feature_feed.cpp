@@ -11,13 +11,32 @@
 #include "embcache/core/clock.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/bounded_queue.hpp"
+#include "embcache/store/int8_quantization.hpp"
 
 namespace embcache {
 namespace {
 
 
+// One column's rows: values, and for quantized columns their int8 scales.
+struct Part {
+  at::Tensor values, scales;
+  Part select(const at::Tensor& rows) const {
+    return {values.index_select(0, rows), scales.defined() ? scales.index_select(0, rows) : at::Tensor()};
+  }
+};
+
+Part cat_parts(const std::vector<Part>& parts) {
+  if (parts.size() == 1) return parts.front();
+  std::vector<at::Tensor> values, scales;
+  for (const auto& p : parts) {
+    values.push_back(p.values);
+    if (p.scales.defined()) scales.push_back(p.scales);
+  }
+  return {at::cat(values), scales.empty() ? at::Tensor() : at::cat(scales)};
+}
+
 struct CpuBatch {
-  std::vector<at::Tensor> columns;
+  std::vector<Part> columns;
   at::Tensor ids;
 };
 
@@ -54,34 +73,45 @@ std::vector<Span> make_spans(const ProbeData& data, const SplitRows& split, std:
   return spans;
 }
 
-// Reads one column of rows [start, start + count) and keeps the rows at `offsets`.
-at::Tensor read_column(const ProbeData& data, const FeedColumn& column, const Span& span,
-                       std::int64_t* bytes_read) {
+// Reads one column of rows [start, start + count) and keeps the rows at `offsets`. Levels are
+// de-quantised here unless the column stays quantized, then pooled over space (pooled columns)
+// and time (temporal levels), in that order, as the exported head does.
+Part read_column(const ProbeData& data, const FeedColumn& column, const Span& span, std::int64_t* bytes_read) {
   const auto& cache = *data.caches()[span.cache];
-  at::Tensor block = !column.level.empty() ? cache.read_level(data.level(column.level), span.start, span.count)
-                     : column.pixel_values ? cache.read_pixel_values(span.start, span.count)
+  if (column.level.empty()) {
+    at::Tensor block = column.pixel_values ? cache.read_pixel_values(span.start, span.count)
                                            : cache.read_masks(span.start, span.count);
-  *bytes_read += std::int64_t(block.nbytes());
-  if (std::int64_t(span.offsets.size()) != span.count) {
-    block = block.index_select(0, at::tensor(span.offsets, at::kLong));
+    *bytes_read += std::int64_t(block.nbytes());
+    if (std::int64_t(span.offsets.size()) != span.count) block = block.index_select(0, at::tensor(span.offsets, at::kLong));
+    return {block, at::Tensor()};
   }
-  if (column.pooled && block.dim() == 4) block = block.to(at::kFloat).mean({2, 3});
-  else if (column.pooled) block = block.to(at::kFloat);
-  return block;
+  const LevelSpec& level = data.level(column.level);
+  Part part{cache.read_level(level, span.start, span.count), at::Tensor()};
+  if (cache.storage().dtype == StorageDtype::kInt8) part.scales = cache.read_scales(level, span.start, span.count);
+  *bytes_read += std::int64_t(part.values.nbytes()) + (part.scales.defined() ? std::int64_t(part.scales.nbytes()) : 0);
+  if (std::int64_t(span.offsets.size()) != span.count) part = part.select(at::tensor(span.offsets, at::kLong));
+  if (column.quantized) return part;
+  at::Tensor x = part.scales.defined() ? dequantize_int8(part.values, part.scales) : part.values;
+  if (column.pooled && level.is_map()) x = x.to(at::kFloat).mean({x.dim() - 2, x.dim() - 1});
+  if (column.temporal) x = pool_time(x.to(at::kFloat), column.temporal_pool);
+  if (column.pooled) x = x.to(at::kFloat);
+  return {x, at::Tensor()};
 }
 
 // Bytes of one row as stored in the cache (what a stream read brings in before pooling).
 std::int64_t stored_row_bytes(const ProbeData& data, const FeedColumn& column) {
   if (column.level.empty()) return column.resident_row_bytes;
-  std::int64_t elems = 1;
-  for (auto d : data.level(column.level).row_shape) elems *= d;
-  return elems * std::int64_t(element_size(data.caches().front()->storage().dtype));
+  return row_feature_bytes({data.level(column.level)}, data.caches().front()->storage().dtype);
 }
 
-// Features and per-pixel values to float32, masks to int64 (class ids for the loss).
-at::Tensor widen(const at::Tensor& t, bool is_mask) {
-  return t.to(is_mask && !t.is_floating_point() ? at::kLong : at::kFloat);
+// Features and per-pixel values to float32 (int8 features de-quantised, where they are), masks
+// to int64 (class ids for the loss).
+at::Tensor widen(const Part& p, bool is_mask) {
+  if (p.scales.defined()) return dequantize_int8(p.values, p.scales);
+  return p.values.to(is_mask && !p.values.is_floating_point() ? at::kLong : at::kFloat);
 }
+
+Part pinned(const Part& p) { return {p.values.pin_memory(), p.scales.defined() ? p.scales.pin_memory() : at::Tensor()}; }
 
 }  // namespace
 
@@ -109,19 +139,25 @@ nlohmann::json FeedStats::to_json(FeedTier tier) const {
   return j;
 }
 
-FeedColumn level_column(const ProbeData& data, const LevelSpec& level, bool pooled) {
+FeedColumn level_column(const ProbeData& data, const LevelSpec& level, bool pooled, TemporalPool temporal_pool) {
   FeedColumn column;
   column.level = level.name;
-  column.pooled = pooled || level.row_shape.size() == 1;
-  const std::int64_t storage_bytes = std::int64_t(element_size(data.caches().front()->storage().dtype));
+  column.pooled = pooled || !level.is_map();
+  column.temporal = level.temporal();
+  column.temporal_pool = temporal_pool;
+  const StorageDtype dtype = data.caches().front()->storage().dtype;
+  const std::vector<std::int64_t> shape = level.pooled_time_shape();  // [C, H, W] or [C]
   if (column.pooled) {
-    column.row_shape = {level.row_shape.at(0)};
-    column.resident_row_bytes = 4 * level.row_shape[0];
+    column.row_shape = {shape.at(0)};
+    column.resident_row_bytes = 4 * shape[0];
   } else {
-    column.row_shape = level.row_shape;
-    std::int64_t elems = 1;
-    for (auto d : level.row_shape) elems *= d;
-    column.resident_row_bytes = elems * storage_bytes;
+    column.row_shape = shape;
+    // A time axis is pooled on load, in float32; int8 maps stay int8 (with a scale per channel).
+    column.quantized = dtype == StorageDtype::kInt8 && !column.temporal;
+    const std::int64_t elems = shape[0] * shape[1] * shape[2];
+    column.resident_row_bytes = column.quantized ? elems + 4 * shape[0]
+                                : column.temporal ? 4 * elems
+                                                  : elems * std::int64_t(element_size(dtype));
   }
   return column;
 }
@@ -149,7 +185,7 @@ struct FeatureFeed::Impl {
   std::int64_t batch_size;
   std::int64_t buffer_rows = 0;
   std::int64_t n = 0;
-  std::vector<at::Tensor> resident;  // resident tiers: one tensor per column
+  std::vector<Part> resident;  // resident tiers: one per column
   at::Tensor targets;                // on the device
   std::vector<Span> blocks;          // stream tier: chunk-aligned blocks
   FeedStats stats;
@@ -176,22 +212,29 @@ struct FeatureFeed::Impl {
       std::vector<std::int64_t> shape{n};
       shape.insert(shape.end(), column.row_shape.begin(), column.row_shape.end());
       const auto dtype = column.level.empty() ? (column.pixel_values ? at::kFloat : at::kInt)
-                         : column.pooled      ? at::kFloat
-                                              : torch_type(data.caches().front()->storage().dtype);
-      resident.push_back(at::empty(shape, at::TensorOptions().dtype(dtype).pinned_memory(pin)));
+                         : column.pooled || column.temporal ? at::kFloat
+                                                            : torch_type(data.caches().front()->storage().dtype);
+      const auto options = at::TensorOptions().pinned_memory(pin);
+      Part part{at::empty(shape, options.dtype(dtype)), at::Tensor()};
+      if (column.quantized) part.scales = at::empty({n, column.row_shape.at(0)}, options.dtype(at::kFloat));
+      resident.push_back(std::move(part));
     }
     std::int64_t at_row = 0;
     for (const Span& span : make_spans(data, rows, 16)) {
       for (std::size_t c = 0; c < columns.size(); ++c) {
-        const at::Tensor part = read_column(data, columns[c], span, &stats.bytes_read);
-        resident[c].narrow(0, at_row, part.size(0)).copy_(part);
+        const Part part = read_column(data, columns[c], span, &stats.bytes_read);
+        resident[c].values.narrow(0, at_row, part.values.size(0)).copy_(part.values);
+        if (part.scales.defined()) resident[c].scales.narrow(0, at_row, part.scales.size(0)).copy_(part.scales);
       }
       at_row += std::int64_t(span.ids.size());
     }
     stats.read_seconds += seconds_since(t0);
     for (auto& r : resident) {
-      stats.bytes_resident += std::int64_t(r.nbytes());
-      if (tier == FeedTier::kGpu) r = r.to(device);
+      stats.bytes_resident += std::int64_t(r.values.nbytes()) + (r.scales.defined() ? std::int64_t(r.scales.nbytes()) : 0);
+      if (tier == FeedTier::kGpu) {
+        r.values = r.values.to(device);
+        if (r.scales.defined()) r.scales = r.scales.to(device);
+      }
     }
   }
 
@@ -225,10 +268,14 @@ struct FeatureFeed::Impl {
       for (std::size_t c = 0; c < columns.size(); ++c) {
         std::vector<std::int64_t> shape{batch.ids.size(0)};
         shape.insert(shape.end(), columns[c].row_shape.begin(), columns[c].row_shape.end());
-        at::Tensor out = at::empty(shape, resident[c].options().pinned_memory(pin));
-        at::index_select_out(out, resident[c], 0, batch.ids);
+        Part out{at::empty(shape, resident[c].values.options().pinned_memory(pin)), at::Tensor()};
+        at::index_select_out(out.values, resident[c].values, 0, batch.ids);
+        if (resident[c].scales.defined()) {
+          out.scales = at::empty({batch.ids.size(0), resident[c].scales.size(1)}, resident[c].scales.options().pinned_memory(pin));
+          at::index_select_out(out.scales, resident[c].scales, 0, batch.ids);
+        }
         // On the CPU the "device" is this machine: widening here overlaps it with training.
-        batch.columns.push_back(pin ? out : widen(out, columns[c].level.empty()));
+        batch.columns.push_back(pin ? out : Part{widen(out, columns[c].level.empty()), at::Tensor()});
       }
       if (!queue->push(std::move(batch))) return;
     }
@@ -244,11 +291,11 @@ struct FeatureFeed::Impl {
       const at::Tensor perm = at::randperm(std::int64_t(blocks.size()), gen, at::kLong);
       for (std::size_t i = 0; i < blocks.size(); ++i) block_order[i] = std::size_t(perm[std::int64_t(i)].item<std::int64_t>());
     }
-    std::vector<at::Tensor> buffer(columns.size());
+    std::vector<Part> buffer(columns.size());
     at::Tensor buffer_ids;
     std::size_t next_block = 0;
     while (!stop) {
-      std::vector<std::vector<at::Tensor>> parts(columns.size());
+      std::vector<std::vector<Part>> parts(columns.size());
       std::vector<at::Tensor> id_parts;
       std::int64_t buffered = buffer_ids.defined() ? buffer_ids.size(0) : 0;
       if (buffered) {
@@ -268,7 +315,7 @@ struct FeatureFeed::Impl {
       if (buffered == 0) return;
       at::Tensor ids = at::cat(id_parts);
       for (std::size_t c = 0; c < columns.size(); ++c) {
-        buffer[c] = parts[c].size() == 1 ? parts[c][0] : at::cat(parts[c]);
+        buffer[c] = cat_parts(parts[c]);
         parts[c].clear();  // the blocks are in the buffer now: free them before emitting
       }
       // Batches gather rows of the buffer in a random order; the buffer itself is not permuted.
@@ -280,9 +327,8 @@ struct FeatureFeed::Impl {
         CpuBatch batch;
         batch.ids = ids.index_select(0, pick);
         for (std::size_t c = 0; c < columns.size(); ++c) {
-          at::Tensor part = buffer[c].index_select(0, pick);
-          part = on_cuda() ? part.pin_memory() : widen(part, columns[c].level.empty());
-          batch.columns.push_back(part);
+          const Part part = buffer[c].select(pick);
+          batch.columns.push_back(on_cuda() ? pinned(part) : Part{widen(part, columns[c].level.empty()), at::Tensor()});
         }
         if (!queue->push(std::move(batch))) return;
       }
@@ -290,7 +336,7 @@ struct FeatureFeed::Impl {
       // Keep the rows not emitted (fewer than one batch) for the next fill; the rest is freed.
       const at::Tensor rest = order.narrow(0, emit, buffered - emit);
       buffer_ids = ids.index_select(0, rest);
-      for (auto& b : buffer) b = b.index_select(0, rest);
+      for (auto& b : buffer) b = b.select(rest);
     }
   }
 
@@ -298,9 +344,14 @@ struct FeatureFeed::Impl {
     FeedBatch batch;
     batch.ids = cpu.ids;
     for (std::size_t c = 0; c < columns.size(); ++c) {
-      at::Tensor t = cpu.columns[c];
-      if (on_cuda()) t = widen(t.to(device, /*non_blocking=*/true), columns[c].level.empty());
-      batch.columns.push_back(t);
+      const Part& p = cpu.columns[c];
+      if (!on_cuda()) {
+        batch.columns.push_back(p.values);  // widened by the producer
+        continue;
+      }
+      const Part on_device{p.values.to(device, /*non_blocking=*/true),
+                           p.scales.defined() ? p.scales.to(device, /*non_blocking=*/true) : at::Tensor()};
+      batch.columns.push_back(widen(on_device, columns[c].level.empty()));
     }
     if (targets.defined()) batch.targets = targets.index_select(0, on_cuda() ? cpu.ids.to(device, true) : cpu.ids);
     return batch;
@@ -355,7 +406,7 @@ std::optional<FeedBatch> FeatureFeed::next() {
     FeedBatch batch;
     batch.ids = m.order.narrow(0, m.cursor, len);
     const at::Tensor ids = m.order_device.narrow(0, m.cursor, len);  // no host traffic per batch
-    for (std::size_t c = 0; c < m.columns.size(); ++c) batch.columns.push_back(widen(m.resident[c].index_select(0, ids), m.columns[c].level.empty()));
+    for (std::size_t c = 0; c < m.columns.size(); ++c) batch.columns.push_back(widen(m.resident[c].select(ids), m.columns[c].level.empty()));
     if (m.targets.defined()) batch.targets = m.targets.index_select(0, ids);
     m.cursor += len;
     ++m.stats.batches;

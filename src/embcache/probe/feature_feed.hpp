@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "embcache/probe/probe_data.hpp"
+#include "embcache/probe/temporal_pool.hpp"
 
 namespace embcache {
 
@@ -20,10 +21,13 @@ enum class FeedTier { kGpu, kHost, kStream };
 const char* tier_name(FeedTier tier);
 
 // One tensor per batch row that the heads consume: a level (pooled to [C] when only pooled heads
-// read it, else [C, H, W] in the storage dtype) or the mask.
+// read it, else [C, H, W] in the storage dtype; a time axis reduced first) or the mask.
 struct FeedColumn {
   std::string level;  // empty for the dense-target column (mask, or per-pixel values)
   bool pooled = false;
+  bool quantized = false;  // int8 maps: held as int8 with their scales, de-quantised on the device
+  bool temporal = false;   // the level has a time axis, reduced by `temporal_pool` on load
+  TemporalPool temporal_pool = TemporalPool::kMean;
   bool pixel_values = false;  // the dense-target column holds /labels/pixel_value (float32)
   std::vector<std::int64_t> row_shape;  // as delivered to the heads
   std::int64_t resident_row_bytes = 0;  // as held in memory by the resident tiers
@@ -70,7 +74,8 @@ class FeatureFeed {
 };
 
 // The column of a level as the heads want it, and the mask column of a dense task.
-FeedColumn level_column(const ProbeData& data, const LevelSpec& level, bool pooled);
+FeedColumn level_column(const ProbeData& data, const LevelSpec& level, bool pooled,
+                        TemporalPool temporal_pool = TemporalPool::kMean);
 FeedColumn mask_column(const ProbeData& data);
 // Bytes one row of `columns` occupies when resident.
 std::int64_t resident_row_bytes(const std::vector<FeedColumn>& columns);

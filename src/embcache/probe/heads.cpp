@@ -68,8 +68,23 @@ class SourceWriter {
   std::int64_t width() const { return c_.hidden.empty() ? 128 : c_.hidden[0]; }
   std::string x(std::size_t i) const { return "x" + std::to_string(i); }
 
+  bool temporal(std::size_t i) const { return i < c_.temporal.size() && c_.temporal[i]; }
+
+  // A level stored with a time axis: head.pt gets it as read from the cache and reduces it as
+  // the feed did while training (whose inputs come reduced, so the branch is not taken there).
+  void reduce_time(std::size_t i, bool pooled) {
+    if (!temporal(i)) return;
+    if (pooled) {
+      body("if " + x(i) + ".dim() == 5:");
+      body("    " + x(i) + " = " + x(i) + ".mean([3, 4])");
+    }
+    body("if " + x(i) + ".dim() == " + (pooled ? "3" : "5") + ":");
+    body("    " + x(i) + " = " + pool_time_source(x(i), c_.temporal_pool));
+  }
+
   void standardized_map(std::size_t i) {
     body(x(i) + " = feats[" + std::to_string(i) + "]");
+    reduce_time(i, false);
     if (c_.standardize) {
       body(x(i) + " = (" + x(i) + " - self.mean_" + std::to_string(i) + ".view(1, -1, 1, 1)) / self.std_" +
            std::to_string(i) + ".view(1, -1, 1, 1)");
@@ -81,6 +96,7 @@ class SourceWriter {
     std::int64_t d = 0;
     for (std::size_t i = 0; i < c_.levels.size(); ++i) {
       body(x(i) + " = feats[" + std::to_string(i) + "]");
+      reduce_time(i, true);
       body("if " + x(i) + ".dim() == 4:");
       body("    " + x(i) + " = " + x(i) + ".mean([2, 3])");
       if (c_.standardize) {

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "embcache/probe/probe_data.hpp"
+#include "embcache/probe/temporal_pool.hpp"
 
 namespace embcache {
 
@@ -25,7 +26,9 @@ struct HeadConfig {
   HeadType type = HeadType::kLinear;
   ProbeTask task = ProbeTask::kClassification;
   std::vector<std::string> levels;                     // cache level names
-  std::vector<std::vector<std::int64_t>> level_shapes;  // per level: [C, H, W] or [C]
+  std::vector<std::vector<std::int64_t>> level_shapes;  // per level: [C, H, W] or [C], time pooled
+  std::vector<bool> temporal;        // per level: stored with a time axis (reduced inside head.pt)
+  TemporalPool temporal_pool = TemporalPool::kMean;
   std::int64_t outputs = 0;                            // classes or regression width
   std::vector<std::int64_t> out_size;                  // {h, w} of the mask for dense tasks
   std::vector<std::int64_t> hidden;                    // mlp widths; conv/fpn/unet width = hidden[0]

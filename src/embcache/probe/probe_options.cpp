@@ -24,6 +24,8 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.last().numeric = true;
     t.add("dropout", "mlp dropout", &O::dropout);
     t.add("conv-blocks", "conv: 3x3 conv blocks", &O::conv_blocks);
+    t.add("temporal-pool", "Levels with a time axis: mean, max or last over time, before any head (and in head.pt)",
+          &O::temporal_pool).identity_when_set = true;
     t.add("optimizer", "adamw or sgd", &O::optimizer);
     t.add("lr", "Learning rate; comma list = grid", &O::lr).shape = S::kList;
     t.last().grid = t.last().numeric = true;

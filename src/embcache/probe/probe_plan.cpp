@@ -92,6 +92,7 @@ void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
   if (plan.tier == TierRequest::kGpu && !plan.device.is_cuda()) throw UsageError(OptionName{"tier"}, "gpu needs a CUDA --device");
   if (o.gpu_memory_budget != "auto") plan.gpu_budget = parse_bytes(o.gpu_memory_budget, {"gpu-memory-budget"});
   if (o.host_memory_budget != "auto") plan.host_budget = parse_bytes(o.host_memory_budget, {"host-memory-budget"});
+  plan.temporal_pool = parse_temporal_pool(o.temporal_pool);
   if (o.standardize == "on") plan.standardize = StandardizeMode::kOn;
   else if (o.standardize == "off") plan.standardize = StandardizeMode::kOff;
   else if (o.standardize != "auto") throw UsageError(OptionName{"standardize"}, "expected auto, on or off, got \"" + o.standardize + "\"");

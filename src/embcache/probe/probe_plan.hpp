@@ -14,6 +14,7 @@
 #include "embcache/probe/heads.hpp"
 #include "embcache/probe/optimizer.hpp"
 #include "embcache/probe/probe_options.hpp"
+#include "embcache/probe/temporal_pool.hpp"
 
 namespace embcache {
 
@@ -41,6 +42,7 @@ struct ProbePlan {
   TierRequest tier = TierRequest::kAuto;
   std::optional<std::int64_t> gpu_budget, host_budget;  // bytes; nullopt: auto
   StandardizeMode standardize = StandardizeMode::kAuto;
+  TemporalPool temporal_pool = TemporalPool::kMean;
 
   // Whether heads of `type` get per-channel standardisation (auto: linear, mlp, pixel-shuffle).
   bool standardizes(HeadType type) const;

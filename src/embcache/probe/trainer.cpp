@@ -74,8 +74,10 @@ HeadConfig configure_head(HeadType type, const std::vector<std::string>& level_s
   for (const auto& name : level_set) {
     const LevelSpec& level = find_level(cache, name);
     config.levels.push_back(level.name);
-    config.level_shapes.push_back(level.row_shape);
+    config.level_shapes.push_back(level.pooled_time_shape());  // the feed reduces time first
+    config.temporal.push_back(level.temporal());
   }
+  config.temporal_pool = plan.temporal_pool;
   config.outputs = outputs;
   config.out_size = std::move(out_size);
   config.hidden = plan.hidden;
@@ -238,7 +240,7 @@ class Trainer {
     }
     for (const auto& [name, pooled] : level_pooled) {
       column_of[name] = columns.size();
-      columns.push_back(level_column(data, data.level(name), pooled));
+      columns.push_back(level_column(data, data.level(name), pooled, plan.temporal_pool));
     }
     if (is_dense(task)) columns.push_back(mask_column(data));
     return configs;

@@ -1,0 +1,21 @@
+// How train-probe reduces a level's time axis before any head (--temporal-pool): the same
+// reduction in the feature feed and, as TorchScript source, inside the exported head.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <string>
+
+namespace embcache {
+
+enum class TemporalPool { kMean, kMax, kLast };
+TemporalPool parse_temporal_pool(const std::string& text);  // UsageError naming --temporal-pool
+const char* temporal_pool_name(TemporalPool pool);
+
+// Reduces axis 1 (T) of [B, T, ...].
+at::Tensor pool_time(const at::Tensor& x, TemporalPool pool);
+// The same as a TorchScript expression of the variable `x`: "x.mean(1)".
+std::string pool_time_source(const std::string& x, TemporalPool pool);
+
+}  // namespace embcache
