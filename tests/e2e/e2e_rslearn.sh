@@ -110,6 +110,29 @@ PY
 fx compare s1.h5 s1_expected.h5 enc3/multi_scripted.pt --crop-size 64 --batch-size 4 --origins origins.json
 "$EMBCACHE" inspect s1.h5 | grep -q "layers: s1:VH (x3 timesteps)" || fail "inspect: timesteps"
 
+# The same layer read with a time axis (--time-axis): the encoder gets [B, T, C, h, w], bands
+# VV, VH at each of the 3 timesteps; mean and std stay per band.
+fx encoders enc2 --channels 2 >/dev/null
+"$EMBCACHE" precompute --encoder enc2/temporal_scripted.pt --dataset ds --layers s1:VV,VH --time-axis --crop-size 64 \
+  --out s1t.h5 --quiet --no-fsync --batch-size 4 --mean 0.5,-0.5 --std 2
+"$PYTHON" - <<'PY' || fail "time-axis reference"
+import h5py, numpy as np
+from osgeo import gdal
+with h5py.File("expected.h5") as e, h5py.File("s1t_expected.h5", "w") as o:
+    names, groups = e["names"].asstr()[:], e["groups"].asstr()[:]
+    flat = [gdal.Open(f"ds/windows/{g}/{n}/layers/s1/VV_VH/geotiff.tif").ReadAsArray() for g, n in zip(groups, names)]
+    o["images"] = np.stack([a.reshape(2, 3, a.shape[1], a.shape[2]).transpose(1, 0, 2, 3) for a in flat])
+    for k in ("names", "groups", "splits"):
+        o.create_dataset(k, data=e[k].asstr()[:].tolist(), dtype=h5py.string_dtype("utf-8"))
+PY
+fx compare s1t.h5 s1t_expected.h5 enc2/temporal_scripted.pt --crop-size 64 --batch-size 4 --origins origins.json \
+  --mean 0.5,-0.5 --std 2 --tolerance 1e-5
+"$EMBCACHE" inspect s1t.h5 | grep -q "3 time steps" || fail "inspect: time steps"
+expect_error 2 "has no time axis: the layers read have one timestep each" "$EMBCACHE" precompute \
+  --encoder enc2/temporal_scripted.pt --dataset ds --layers "sentinel2:B02,B04" --time-axis --crop-size 64 --out t1.h5 --quiet
+expect_error 2 "a time axis needs the same number in every layer read" "$EMBCACHE" precompute \
+  --encoder enc2/temporal_scripted.pt --dataset ds --layers "s1:VV dem:elevation" --time-axis --crop-size 64 --out t2.h5 --quiet
+
 # A real scene: Landsat-7 (6 bands, uint8, SIRGAS 2000 / UTM 25S) placed as one window.
 rs landsat "$L7_TIF" l7 l7_expected.h5 l7_origins.json
 fx encoders enc6 --channels 6 >/dev/null
