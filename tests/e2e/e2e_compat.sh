@@ -85,3 +85,41 @@ grep -q "(0 computed, 400 cached, 0 stale)" study.txt || fail "the study did not
 "$PYTHON" -c 'import json, sys; a, b = (json.load(open(f))["signature"] for f in sys.argv[1:]); assert a == b, (a, b)' \
   cli.json after.json || fail "the study changed the cache's signature"
 echo "ok: a study with the CLI's options (mean 1370.19151926) reuses the CLI's cache"
+
+# 4. A cache written by the build before format 2 (tests/data/format1, made by 18fb7f3) reads,
+#    trains and extends: the rerun computes only the two new windows, the file stays format 1
+#    (it holds nothing of format 2), and its signature is the old one but for embcache_version.
+: "${TEST_DATA:?run through ctest}"
+cp "$TEST_DATA/format1/encoder.pt" "$TEST_DATA/format1/cache.h5" .
+"$PYTHON" - "$TEST_DATA/format1/data.h5" <<'PY'
+import h5py, numpy as np, sys
+with h5py.File(sys.argv[1]) as src, h5py.File("data.h5", "w") as dst:
+    rng = np.random.default_rng(1)
+    dst["images"] = np.concatenate([src["images"][:], rng.integers(0, 256, (2, 3, 16, 16), dtype=np.uint8)])
+    dst["labels"] = np.concatenate([src["labels"][:], [1, 2]])
+    text = h5py.string_dtype("utf-8")
+    for k, extra in (("names", ["new0", "new1"]), ("splits", ["train", "test"])):
+        dst.create_dataset(k, data=src[k].asstr()[:].tolist() + extra, dtype=text)
+PY
+"$EMBCACHE" inspect cache.h5 --json >v1.json
+"$EMBCACHE" train-probe --cache cache.h5 --out v1probe --task classification --levels 1,2 --epochs 2 --quiet >/dev/null ||
+  fail "train-probe on a format 1 cache"
+# Paths are informational: the copies here extend the cache made from the committed files.
+"$EMBCACHE" precompute --encoder encoder.pt --dataset data.h5 --out cache.h5 --crop-size 16 --batch-size 4 --dtype float16 \
+  --quiet --no-fsync >extend.txt 2>&1 || fail "extending a format 1 cache: $(cat extend.txt)"
+grep -q "(2 computed, 6 cached, 0 stale)" extend.txt || fail "the format 1 cache was not extended: $(cat extend.txt)"
+"$EMBCACHE" inspect cache.h5 --json >v1-extended.json
+"$PYTHON" - v1.json v1-extended.json <<'PY' || fail "extending a format 1 cache changed its format or signature"
+import json, sys
+a, b = (json.load(open(p)) for p in sys.argv[1:])
+assert a["format"] == b["format"] == 1, (a["format"], b["format"])
+sa, sb = a["signature"], b["signature"]
+for s in (sa, sb):
+    for k in ("embcache_version", "dataset_path", "encoder_path"):  # informational
+        s.pop(k)
+assert sa == sb, (sa, sb)
+assert b["rows"] == 8 and [l["source"] for l in b["levels"]] == ["map", "map", "vector"], b["levels"]
+PY
+expect_error 3 "made with a different dtype" "$EMBCACHE" precompute --encoder encoder.pt --dataset data.h5 --out cache.h5 \
+  --crop-size 16 --dtype int8 --quiet
+echo "ok: a format 1 cache reads, trains and extends, and stays format 1"
