@@ -9,6 +9,7 @@
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/feature_feed.hpp"
 #include "embcache/probe/probe_data.hpp"
+#include "embcache/store/cache_file_reader.hpp"
 #include "test_support.hpp"
 
 using namespace embcache;
@@ -70,6 +71,48 @@ TEST_CASE("feature feed: host and stream tiers deliver every row of a split once
     // The same seed gives the same order.
     std::vector<std::int64_t> s1, s2;
     REQUIRE(one_pass(feed, true, 5, &s1) == one_pass(feed, true, 5, &s2));
+  }
+}
+
+TEST_CASE("feature feed: int8 maps are held as int8 with their scales and delivered de-quantised; time axes reduced") {
+  testing::TempDir dir;
+  testing::ArrayDatasetSpec spec;
+  spec.images = at::randint(0, 255, {8, 3, 16, 16}).to(at::kByte);
+  spec.labels = at::arange(8, at::kLong) % 2;
+  testing::write_array_dataset(dir.file("data.h5"), spec);
+  PrecomputeOptions po = testing::small_precompute("multi_scripted.pt", dir.file("data.h5"), dir.file("q.h5"));
+  po.dtype = "int8";
+  run_precompute(plan_precompute(po));
+  ProbeOptions o;
+  o.caches = {dir.file("q.h5")};
+  o.task = "classification";
+  o.val_fraction = 0.25;
+  const ProbeData data(o, ProbeTask::kClassification);
+  const CacheFileReader& cache = *data.caches().front();
+  const LevelSpec& level = data.level("1");  // [16, 4, 4]
+  const FeedColumn column = level_column(data, level, /*pooled=*/false);
+  REQUIRE(column.quantized);
+  CHECK(column.resident_row_bytes == 16 * 16 + 4 * 16);
+  for (FeedTier tier : {FeedTier::kHost, FeedTier::kStream}) {
+    CAPTURE(tier_name(tier));
+    FeatureFeed feed(data, 0, {column}, tier, c10::Device(c10::kCPU), 5, 1 << 20);
+    feed.start(false, 0);
+    std::vector<at::Tensor> got;
+    std::vector<std::int64_t> ids;
+    while (auto batch = feed.next()) {
+      got.push_back(batch->columns.front());
+      const at::Tensor b = batch->ids.contiguous();
+      ids.insert(ids.end(), b.data_ptr<std::int64_t>(), b.data_ptr<std::int64_t>() + b.size(0));
+    }
+    const at::Tensor delivered = at::cat(got);
+    REQUIRE((delivered.scalar_type() == at::kFloat));
+    // Split-local row i is cache row data.train().rows[0][i].
+    const auto& rows = data.train().rows.front();
+    for (std::size_t k = 0; k < ids.size(); ++k) {
+      const std::int64_t row = rows[std::size_t(ids[k])];
+      const at::Tensor want = cache.read_level(level, row, 1).to(at::kFloat) * cache.read_scales(level, row, 1).view({1, 16, 1, 1});
+      REQUIRE(at::equal(delivered[std::int64_t(k)], want[0]));
+    }
   }
 }
 
