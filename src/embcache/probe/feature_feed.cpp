@@ -91,8 +91,14 @@ Part read_column(const ProbeData& data, const FeedColumn& column, const Span& sp
   *bytes_read += std::int64_t(part.values.nbytes()) + (part.scales.defined() ? std::int64_t(part.scales.nbytes()) : 0);
   if (std::int64_t(span.offsets.size()) != span.count) part = part.select(at::tensor(span.offsets, at::kLong));
   if (column.quantized) return part;
-  at::Tensor x = part.scales.defined() ? dequantize_int8(part.values, part.scales) : part.values;
-  if (column.pooled && level.is_map()) x = x.to(at::kFloat).mean({x.dim() - 2, x.dim() - 1});
+  at::Tensor x;
+  if (part.scales.defined() && column.pooled && level.is_map()) {
+    // A scale is constant over H x W: pool the int8 values, then scale (one multiply per channel).
+    x = part.values.to(at::kFloat).mean({part.values.dim() - 2, part.values.dim() - 1}) * part.scales;
+  } else {
+    x = part.scales.defined() ? dequantize_int8(part.values, part.scales) : part.values;
+    if (column.pooled && level.is_map()) x = x.to(at::kFloat).mean({x.dim() - 2, x.dim() - 1});
+  }
   if (column.temporal) x = pool_time(x.to(at::kFloat), column.temporal_pool);
   if (column.pooled) x = x.to(at::kFloat);
   return {x, at::Tensor()};
