@@ -77,12 +77,13 @@ PY
 "$PYTHON" -c 'import json; d = json.load(open("stream-val/metrics.json"))["data"]; assert d["val_tier"] == "stream" and d["bytes_resident"] == 0, d' ||
   fail "val streamed under a small budget"
 
-# Segmentation: conv and fpn reach a high mIoU on shapes with known masks; head.pt agrees.
+# Segmentation: conv, fpn and upernet reach a high mIoU on shapes with known masks; head.pt agrees,
+# and upernet's head.pt equals an nn.Module UPerHead given its parameters.
 probe segdata seg.h5 --n 600
 "$EMBCACHE" precompute --encoder demo_encoder.pt --dataset seg.h5 --out seg_cache.h5 --levels 0,1 --quiet --no-fsync \
   --scale 0.00392157 --mean 0.5 --std 0.25
-for head in conv fpn; do
-  levels=0; [[ $head == fpn ]] && levels=0+1
+for head in conv fpn upernet; do
+  levels=0; [[ $head != conv ]] && levels=0+1
   "$EMBCACHE" train-probe --cache seg_cache.h5 --out seg-$head --task segmentation --head $head --levels $levels \
     --lr 3e-3 --epochs 15 --batch-size 32 --hidden 32 --quiet
   "$PYTHON" - seg-$head <<'PY' || fail "segmentation mIoU too low"
@@ -93,6 +94,14 @@ sys.exit(0 if m["test"]["miou"] >= 0.85 else 1)
 PY
 done
 probe head seg_cache.h5 seg-fpn
+probe head seg_cache.h5 seg-upernet
+probe upernet seg_cache.h5 seg-upernet || fail "upernet is not mmsegmentation's UPerHead"
+# One level: the pyramid pooling module alone; pixel regression too.
+"$EMBCACHE" train-probe --cache seg_cache.h5 --out seg-upernet1 --task segmentation --head upernet --levels 1 --tier stream \
+  --epochs 1 --batch-size 64 --hidden 16 --quiet
+probe upernet seg_cache.h5 seg-upernet1 || fail "upernet on one level"
+"$EMBCACHE" train-probe --cache seg_cache.h5 --out pixreg-upernet --task pixel-regression --head upernet --levels 0+1 \
+  --epochs 1 --batch-size 64 --hidden 16 --quiet
 "$EMBCACHE" train-probe --cache seg_cache.h5 --out seg-more --task segmentation --head linear,pixel-shuffle --levels 0 \
   --lr 1e-2 --epochs 2 --batch-size 64 --quiet
 "$EMBCACHE" train-probe --cache seg_cache.h5 --out seg-unet --task segmentation --head unet --levels 0+1 \
@@ -198,6 +207,8 @@ bad = [c for c in m["combinations"] if c["lr"] == 1e38][0]
 assert bad["diverged_epoch"] == 1 and bad["val"] == {} and bad["test"] == {}, bad
 assert any("diverged" in w for w in m["warnings"]), m.get("warnings")
 PY
+expect_error 2 "upernet predicts per pixel; use it with --task segmentation or pixel-regression" "$EMBCACHE" train-probe \
+  --cache fm.h5 --out bad --task classification --head upernet --levels 1
 expect_error 2 "fpn combines several levels" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head fpn --levels 1
 expect_error 2 "level 2 is a vector" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head conv --levels 2
 sha_before=$(sha256sum fm.h5)

@@ -17,6 +17,8 @@ import sys
 import h5py
 import numpy as np
 import torch
+import torch.nn as nn
+import torch.nn.functional as F
 
 # As embcache does (encoder.cpp): no TorchScript fusion on CPU. Debian 13's torch 2.6 enables it, and
 # a small ViT's second call then never returned.
@@ -58,6 +60,70 @@ def lbfgs(args) -> int:
     acc = ((xte @ w + b).argmax(1) == yte).double().mean().item()
     print(f"{acc:.6f}")
     return 0
+
+
+class UPerHead(nn.Module):
+    """mmsegmentation's UPerHead written with nn modules (GroupNorm for its BatchNorm, no
+    dropout), as docs/train-probe.md describes embcache's upernet; parameters are taken from an
+    exported head.pt by name, so equal outputs mean the generated head is this architecture."""
+
+    def __init__(self, channels, width, classes, groups):
+        super().__init__()
+        def block(cin, cout, k):
+            return nn.Sequential(nn.Conv2d(cin, cout, k, padding=k // 2), nn.GroupNorm(groups, cout), nn.ReLU())
+        self.ppm = nn.ModuleList([block(channels[-1], width, 1) for _ in (1, 2, 3, 6)])
+        self.bottleneck = block(channels[-1] + 4 * width, width, 3)
+        self.laterals = nn.ModuleList([block(c, width, 1) for c in channels[:-1]])
+        self.fpn = nn.ModuleList([block(width, width, 3) for _ in channels[:-1]])
+        self.fuse = block(len(channels) * width, width, 3)
+        self.cls = nn.Conv2d(width, classes, 1)
+
+    def load_from(self, module):
+        p = {name: t[0] for name, t in module.named_parameters()}
+        def put(block, name):
+            block[0].weight.data, block[0].bias.data = p["w" + name], p["b" + name]
+            block[1].weight.data, block[1].bias.data = p["gw" + name], p["gb" + name]
+        for s, b in zip((1, 2, 3, 6), self.ppm):
+            put(b, f"ppm{s}")
+        put(self.bottleneck, "bottleneck")
+        for j, (lat, fpn) in enumerate(zip(self.laterals, self.fpn)):
+            put(lat, f"lateral{j}")
+            put(fpn, f"fpn{j}")
+        put(self.fuse, "fuse")
+        self.cls.weight.data, self.cls.bias.data = p["wo"], p["bo"]
+
+    def forward(self, feats, out_size):  # feats finest first
+        up = lambda t, size: F.interpolate(t, size=size, mode="bilinear", align_corners=False)
+        x = feats[-1]
+        top = self.bottleneck(torch.cat([x] + [up(b(F.adaptive_avg_pool2d(x, s)), x.shape[2:])
+                                              for s, b in zip((1, 2, 3, 6), self.ppm)], 1))
+        lat = [l(f) for l, f in zip(self.laterals, feats[:-1])] + [top]
+        for i in range(len(lat) - 1, 0, -1):
+            lat[i - 1] = lat[i - 1] + up(lat[i], lat[i - 1].shape[2:])
+        outs = [f(l) for f, l in zip(self.fpn, lat[:-1])] + [lat[-1]]
+        outs = [outs[0]] + [up(o, outs[0].shape[2:]) for o in outs[1:]]
+        return up(self.cls(self.fuse(torch.cat(outs, 1))), out_size)
+
+
+def upernet(args) -> int:
+    """head.pt of an upernet run equals UPerHead above with its parameters, on the test split."""
+    with open(f"{args.run}/metrics.json") as fh:
+        m = json.load(fh)
+    module = torch.jit.load(f"{args.run}/head.pt")
+    with h5py.File(args.cache, "r") as f:
+        rows = split_rows(f, m["splits"]["test"]["name"])[:64]
+        feats = [torch.from_numpy(f[f"levels/{l}"].astype("f4")[:][rows]) for l in m["best"]["levels"]]
+        out_size = f["labels/mask"].shape[1:]
+    order = sorted(range(len(feats)), key=lambda i: -feats[i].shape[2] * feats[i].shape[3])  # finest first
+    finest = [feats[i] for i in order]
+    width = dict(module.named_parameters())["wo"].shape[2]
+    ref = UPerHead([t.shape[1] for t in finest], width, m["num_outputs"], 8 if width % 8 == 0 else 1)
+    ref.load_from(module)
+    with torch.no_grad():
+        got, want = module(feats), ref(finest, out_size)
+    err = float((got - want).abs().max() / want.abs().max())
+    print(f"upernet head.pt against an nn.Module UPerHead: max relative difference {err:.2e}")
+    return 0 if err < 1e-5 else 1
 
 
 def head(args) -> int:
@@ -190,6 +256,10 @@ def main() -> int:
     q.add_argument("level")
     q.add_argument("--l2", type=float, default=0.0)
     q.set_defaults(fn=lbfgs)
+    q = sub.add_parser("upernet")
+    q.add_argument("cache")
+    q.add_argument("run")
+    q.set_defaults(fn=upernet)
     q = sub.add_parser("head")
     q.add_argument("cache")
     q.add_argument("run")

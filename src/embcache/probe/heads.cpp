@@ -50,6 +50,7 @@ class SourceWriter {
         case HeadType::kConv: write_conv(); break;
         case HeadType::kFpn: write_fpn(); break;
         case HeadType::kUnet: write_unet(); break;
+        case HeadType::kUpernet: write_upernet(); break;
         case HeadType::kMlp: break;  // validate() rejects mlp on dense tasks
       }
     }
@@ -155,13 +156,15 @@ class SourceWriter {
          std::to_string(c_.out_size[1]) + ").transpose(0, 1)");
   }
 
-  // conv3x3 + GroupNorm + ReLU, one member (banks of these heads hold one member).
-  void conv_block(const std::string& v, const std::string& in, const std::string& name, std::int64_t cin, std::int64_t cout) {
-    param("w" + name, {cout, cin, 3, 3}, cin * 9);
-    param("b" + name, {cout}, cin * 9);
+  // conv (3x3, or 1x1) + GroupNorm + ReLU, one member (banks of these heads hold one member).
+  void conv_block(const std::string& v, const std::string& in, const std::string& name, std::int64_t cin, std::int64_t cout,
+                  std::int64_t kernel = 3) {
+    const std::string pad = kernel == 3 ? "[1, 1]" : "[0, 0]";
+    param("w" + name, {cout, cin, kernel, kernel}, cin * kernel * kernel);
+    param("b" + name, {cout}, cin * kernel * kernel);
     param("gw" + name, {cout}, 0, 1.0);
     param("gb" + name, {cout}, 0, 0.0);
-    body(v + " = torch.conv2d(" + in + ", self.w" + name + "[0], self.b" + name + "[0], [1, 1], [1, 1], [1, 1], 1)");
+    body(v + " = torch.conv2d(" + in + ", self.w" + name + "[0], self.b" + name + "[0], [1, 1], " + pad + ", [1, 1], 1)");
     body(v + " = torch.relu(torch.group_norm(" + v + ", " + std::to_string(group_count(cout)) + ", self.gw" + name +
          "[0], self.gb" + name + "[0], 1e-05, False))");
   }
@@ -244,6 +247,55 @@ class SourceWriter {
     finish_map("x", cin);
   }
 
+  std::string bilinear(const std::string& v, const std::string& size) const {
+    return "torch.upsample_bilinear2d(" + v + ", " + size + ", False, None, None)";
+  }
+
+  // UPerNet as mmsegmentation's UPerHead (PANGAEA's decoder): a pyramid pooling module (scales 1,
+  // 2, 3, 6) on the coarsest level, 1x1 laterals on the others, a top-down sum with bilinear
+  // upsampling, 3x3 convs, every level upsampled to the finest and concatenated, a 3x3 fusion
+  // conv, then the 1x1 prediction. Conv blocks use GroupNorm (no batch statistics, so a head is
+  // the same in training, evaluation and head.pt); mmsegmentation uses BatchNorm and dropout 0.1.
+  void write_upernet() {
+    const auto order = finest_first();
+    const std::size_t n = order.size();
+    const std::int64_t w = width();
+    const std::size_t coarse = order[n - 1];
+    const std::string coarse_size = size_of(coarse);
+    std::string ppm = x(coarse);
+    for (const std::int64_t scale : {1, 2, 3, 6}) {
+      const std::string q = "q" + std::to_string(scale);
+      body(q + " = torch.adaptive_avg_pool2d(" + x(coarse) + ", [" + std::to_string(scale) + ", " + std::to_string(scale) + "])");
+      conv_block(q, q, "ppm" + std::to_string(scale), channels(coarse), w, 1);
+      body(q + " = " + bilinear(q, coarse_size));
+      ppm += ", " + q;
+    }
+    const std::string top = "l" + std::to_string(n - 1);
+    body(top + " = torch.cat([" + ppm + "], 1)");
+    conv_block(top, top, "bottleneck", channels(coarse) + 4 * w, w);
+    for (std::size_t j = 0; j + 1 < n; ++j) {
+      conv_block("l" + std::to_string(j), x(order[j]), "lateral" + std::to_string(j), channels(order[j]), w, 1);
+    }
+    for (std::size_t j = n - 1; j > 0; --j) {
+      const std::string lo = "l" + std::to_string(j - 1);
+      body(lo + " = " + lo + " + " + bilinear("l" + std::to_string(j), size_of(order[j - 1])));
+    }
+    std::string fused;
+    for (std::size_t j = 0; j < n; ++j) {
+      const std::string f = "f" + std::to_string(j), l = "l" + std::to_string(j);
+      if (j + 1 < n) {
+        conv_block(f, l, "fpn" + std::to_string(j), w, w);
+      } else {
+        body(f + " = " + l);
+      }
+      if (j > 0) body(f + " = " + bilinear(f, size_of(order[0])));
+      fused += (j ? ", " : "") + f;
+    }
+    body("y = torch.cat([" + fused + "], 1)");
+    conv_block("y", "y", "fuse", std::int64_t(n) * w, w);
+    finish_map("y", w);
+  }
+
   const HeadConfig& c_;
   std::ostringstream out_;
 };
@@ -257,7 +309,8 @@ HeadType parse_head(const std::string& text) {
   if (text == "fpn") return HeadType::kFpn;
   if (text == "unet") return HeadType::kUnet;
   if (text == "pixel-shuffle") return HeadType::kPixelShuffle;
-  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet or pixel-shuffle, got \"" + text + "\"");
+  if (text == "upernet") return HeadType::kUpernet;
+  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet, pixel-shuffle or upernet, got \"" + text + "\"");
 }
 
 const char* head_name(HeadType type) {
@@ -268,6 +321,7 @@ const char* head_name(HeadType type) {
     case HeadType::kFpn: return "fpn";
     case HeadType::kUnet: return "unet";
     case HeadType::kPixelShuffle: return "pixel-shuffle";
+    case HeadType::kUpernet: return "upernet";
   }
   return "?";
 }
@@ -294,13 +348,16 @@ void check_head_levels(HeadType type, ProbeTask task, std::size_t level_count, c
     throw UsageError(head + " combines several levels; give at least two joined with '+' (e.g. --levels 1+2+3), got " +
                      levels_text);
   }
-  if (!multi && level_count > 1 && !pooled) {
+  if (type == HeadType::kUpernet && !is_dense(task)) {
+    throw UsageError("--head upernet predicts per pixel; use it with --task segmentation or pixel-regression");
+  }
+  if (!multi && type != HeadType::kUpernet && level_count > 1 && !pooled) {
     throw UsageError(head + " on --task " + task_name(task) + " reads one level; got " + levels_text +
-                     " (use fpn or unet to combine levels)");
+                     " (use fpn, unet or upernet to combine levels)");
   }
   if (type == HeadType::kMlp && is_dense(task)) {
     throw UsageError("--head mlp predicts one value per image; for --task " + std::string(task_name(task)) +
-                     " use linear, conv, fpn, unet or pixel-shuffle");
+                     " use linear, conv, fpn, unet, upernet or pixel-shuffle");
   }
   if (type == HeadType::kPixelShuffle && !is_dense(task)) {
     throw UsageError("--head pixel-shuffle predicts per pixel; use it with --task segmentation or pixel-regression");

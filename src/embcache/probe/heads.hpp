@@ -15,7 +15,7 @@
 
 namespace embcache {
 
-enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle };
+enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle, kUpernet };
 HeadType parse_head(const std::string& text);
 const char* head_name(HeadType type);
 
@@ -31,7 +31,7 @@ struct HeadConfig {
   TemporalPool temporal_pool = TemporalPool::kMean;
   std::int64_t outputs = 0;                            // classes or regression width
   std::vector<std::int64_t> out_size;                  // {h, w} of the mask for dense tasks
-  std::vector<std::int64_t> hidden;                    // mlp widths; conv/fpn/unet width = hidden[0]
+  std::vector<std::int64_t> hidden;                    // mlp widths; conv/fpn/unet/upernet width = hidden[0]
   double dropout = 0.0;
   std::int64_t conv_blocks = 2;
   bool standardize = false;

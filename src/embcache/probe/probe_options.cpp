@@ -13,14 +13,14 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("out", "Run directory: metrics.json, history.csv, head.pt", &O::out).required = true;
     t.last().in_json = false;
     t.add("task", "classification, multilabel, segmentation, regression or pixel-regression", &O::task).required = true;
-    t.add("head", "linear, mlp, conv, fpn, unet, pixel-shuffle; comma list = grid", &O::head).shape = S::kList;
+    t.add("head", "linear, mlp, conv, fpn, unet, pixel-shuffle, upernet; comma list = grid", &O::head).shape = S::kList;
     t.last().grid = true;
     t.add("levels", "Level name or index; comma list = grid; '+' joins levels of one head (1+2+3)", &O::levels).required = true;
     t.last().shape = S::kLevelSets;
     t.last().grid = true;
     t.add("num-classes", "Classes (default: from the labels)", &O::num_classes).show_default = false;
     t.add("ignore-index", "Mask value to ignore (default: the cache's ignore_index)", &O::ignore_index).show_default = false;
-    t.add("hidden", "mlp: hidden widths (512 or 512,256); conv/fpn/unet: width (default 128)", &O::hidden).shape = S::kList;
+    t.add("hidden", "mlp: hidden widths (512 or 512,256); conv/fpn/unet: width (default 128); upernet: width (default 512)", &O::hidden).shape = S::kList;
     t.last().numeric = true;
     t.add("dropout", "mlp dropout", &O::dropout);
     t.add("conv-blocks", "conv: 3x3 conv blocks", &O::conv_blocks);

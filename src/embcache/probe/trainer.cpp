@@ -81,7 +81,8 @@ HeadConfig configure_head(HeadType type, const std::vector<std::string>& level_s
   config.outputs = outputs;
   config.out_size = std::move(out_size);
   config.hidden = plan.hidden;
-  if (type == HeadType::kMlp && config.hidden.empty()) config.hidden = {512};
+  // mlp and upernet default to 512 wide (upernet as PANGAEA and mmsegmentation); conv, fpn, unet to 128.
+  if ((type == HeadType::kMlp || type == HeadType::kUpernet) && config.hidden.empty()) config.hidden = {512};
   config.dropout = plan.options.dropout;
   config.conv_blocks = plan.options.conv_blocks;
   config.standardize = plan.standardizes(type);
