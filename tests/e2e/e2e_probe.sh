@@ -109,6 +109,46 @@ probe upernet seg_cache.h5 seg-upernet1 || fail "upernet on one level"
 "$EMBCACHE" train-probe --cache seg_cache.h5 --out pixreg --task pixel-regression --head linear --levels 0 \
   --epochs 2 --quiet
 
+# Class weights on an imbalanced train split (classes 5-9 keep 4% of their rows; val and test
+# stay balanced): the weights are scikit-learn's "balanced" of the train labels, and they lift
+# macro F1.
+"$PYTHON" - <<'PY'
+import h5py, numpy as np
+with h5py.File("fashion_mnist.h5") as s, h5py.File("imbalanced.h5", "w") as d:
+    y, split = s["labels"][:], s["splits"].asstr()[:]
+    rng = np.random.default_rng(0)
+    keep = ~((split == "train") & (y >= 5) & (rng.random(len(y)) > 0.04))
+    for k in ("images", "labels"):
+        d[k] = s[k][:][keep]
+    for k in ("names", "splits"):
+        d.create_dataset(k, data=s[k].asstr()[:][keep].tolist(), dtype=h5py.string_dtype())
+PY
+"$EMBCACHE" precompute --encoder demo_encoder.pt --dataset imbalanced.h5 --out imbalanced.h5.cache --levels 1 --quiet \
+  --no-fsync --scale 0.00392157 --mean 0.286 --std 0.353
+for cw in none balanced inverse-sqrt; do
+  "$EMBCACHE" train-probe --cache imbalanced.h5.cache --out cw-$cw --task classification --levels 1 --lr 1e-2 \
+    --epochs 30 --class-weights $cw --quiet >/dev/null
+done
+"$PYTHON" - <<'PY' || fail "class weights"
+import h5py, json, numpy as np
+with h5py.File("imbalanced.h5.cache") as f:
+    y = f["labels/class"][:][f["index/split"].asstr()[:] == "train"]
+counts = np.bincount(y, minlength=10)
+m = {cw: json.load(open(f"cw-{cw}/metrics.json")) for cw in ("none", "balanced", "inverse-sqrt")}
+assert "class_weights" not in m["none"]
+got = m["balanced"]["class_weights"]
+assert got["mode"] == "balanced" and got["train_counts"] == counts.tolist(), got
+want = len(y) / (10 * counts)  # scikit-learn's compute_class_weight("balanced")
+assert np.allclose(got["weights"], want, rtol=1e-6), (got["weights"], want)
+s = np.array(m["inverse-sqrt"]["class_weights"]["weights"])
+assert np.isclose((s * counts).sum(), len(y)) and np.isclose(s[0] / s[5], np.sqrt(counts[5] / counts[0]))
+f1 = {cw: m[cw]["test"]["macro_f1"] for cw in m}
+print("macro F1 on a balanced test split, train classes 5-9 at 4%: " + ", ".join(f"{k} {v:.3f}" for k, v in f1.items()))
+assert f1["balanced"] > f1["none"] + 0.05 and f1["inverse-sqrt"] > f1["none"], f1
+PY
+expect_error 2 "--class-weights: applies to classification, multilabel and segmentation" "$EMBCACHE" train-probe \
+  --cache fm.h5 --out bad --task regression --levels 1 --class-weights balanced
+
 # Multilabel and regression on labels the features can explain.
 for kind in multilabel regression; do
   probe labeldata $kind.h5 $kind

@@ -1,6 +1,9 @@
 // The probe plan (options parsed once into a typed grid) and the tier choice, alone.
 #include "doctest_torch.hpp"
 
+#include <ATen/ATen.h>
+
+#include <cmath>
 #include <string>
 
 #include "embcache/core/error.hpp"
@@ -145,3 +148,23 @@ TEST_CASE("tier choice: a budget that cannot hold what the request needs says wh
 }
 
 }  // TEST_SUITE
+
+TEST_CASE("class weights: balanced is scikit-learn's N / (K n_c); inverse-sqrt averages 1 over rows" * doctest::test_suite("probe")) {
+  const at::Tensor counts = at::tensor({10.0, 30.0, 0.0, 60.0}, at::kDouble);
+  const at::Tensor balanced = weights_from_counts(ClassWeightMode::kBalanced, counts, 100, false).to(at::kDouble);
+  // K = 3 classes present: 100 / (3 * n_c); the absent class gets 0.
+  CHECK(at::allclose(balanced, at::tensor({100.0 / 30, 100.0 / 90, 0.0, 100.0 / 180}, at::kDouble), 1e-6));
+  const at::Tensor sqrt_w = weights_from_counts(ClassWeightMode::kInverseSqrt, counts, 100, false).to(at::kDouble);
+  CHECK((counts * sqrt_w).sum().item<double>() == doctest::Approx(100.0));
+  CHECK(sqrt_w[0].item<double>() / sqrt_w[3].item<double>() == doctest::Approx(std::sqrt(6.0)));
+  // Multilabel: positives weighted by negatives per positive.
+  const at::Tensor pos = weights_from_counts(ClassWeightMode::kBalanced, at::tensor({25.0, 50.0}, at::kDouble), 100, true);
+  CHECK(at::allclose(pos.to(at::kDouble), at::tensor({3.0, 1.0}, at::kDouble), 1e-6));
+  CHECK_THROWS_WITH_AS(parse_class_weights("auto"), doctest::Contains("--class-weights: expected none, balanced or inverse-sqrt"), UsageError);
+  ProbeOptions o;
+  o.out = "x";
+  o.levels = "0";
+  o.task = "regression";
+  o.class_weights = "balanced";
+  CHECK_THROWS_WITH_AS(plan_probe(o), doctest::Contains("--class-weights: applies to classification, multilabel and segmentation"), UsageError);
+}

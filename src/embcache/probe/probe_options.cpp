@@ -26,6 +26,8 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("conv-blocks", "conv: 3x3 conv blocks", &O::conv_blocks);
     t.add("temporal-pool", "Levels with a time axis: mean, max or last over time, before any head (and in head.pt)",
           &O::temporal_pool).identity_when_set = true;
+    t.add("class-weights", "Loss weights per class from the train split: none, balanced (N / (K n_c)) or inverse-sqrt",
+          &O::class_weights).identity_when_set = true;
     t.add("optimizer", "adamw or sgd", &O::optimizer);
     t.add("lr", "Learning rate; comma list = grid", &O::lr).shape = S::kList;
     t.last().grid = t.last().numeric = true;

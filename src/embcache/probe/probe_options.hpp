@@ -22,7 +22,8 @@ struct ProbeOptions {
   std::string hidden = "";          // mlp: hidden widths "512" or "512,256"; conv/fpn/unet: one width
   double dropout = 0.1;             // mlp
   std::int64_t conv_blocks = 2;     // conv
-  std::string temporal_pool = "mean";  // mean | max | last: time axes reduced before any head
+  std::string temporal_pool = "mean";
+  std::string class_weights = "none";  // none | balanced | inverse-sqrt  // mean | max | last: time axes reduced before any head
   std::string optimizer = "adamw";
   std::string lr = "1e-3";          // comma list: grid
   std::string weight_decay = "0";   // comma list: grid

@@ -79,6 +79,18 @@ void check_training(const ProbeOptions& o) {
   if (o.bootstrap < 0) throw UsageError(OptionName{"bootstrap"}, "expected 0 (off) or a number of resamples");
 }
 
+// What the heads get (time axes reduced how) and how their losses weigh classes.
+void plan_inputs_and_loss(const ProbeOptions& o, ProbePlan& plan) {
+  plan.temporal_pool = parse_temporal_pool(o.temporal_pool);
+  plan.class_weights = parse_class_weights(o.class_weights);
+  const bool has_classes = plan.task == ProbeTask::kClassification || plan.task == ProbeTask::kMultilabel ||
+                           plan.task == ProbeTask::kSegmentation;
+  if (plan.class_weights != ClassWeightMode::kNone && !has_classes) {
+    throw UsageError(OptionName{"class-weights"}, std::string("applies to classification, multilabel and segmentation; --task ") +
+                     task_name(plan.task) + " has no classes (use --class-weights none)");
+  }
+}
+
 // Device, tier and memory budgets.
 void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
   const std::pair<const char*, TierRequest> tiers[] = {
@@ -92,7 +104,6 @@ void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
   if (plan.tier == TierRequest::kGpu && !plan.device.is_cuda()) throw UsageError(OptionName{"tier"}, "gpu needs a CUDA --device");
   if (o.gpu_memory_budget != "auto") plan.gpu_budget = parse_bytes(o.gpu_memory_budget, {"gpu-memory-budget"});
   if (o.host_memory_budget != "auto") plan.host_budget = parse_bytes(o.host_memory_budget, {"host-memory-budget"});
-  plan.temporal_pool = parse_temporal_pool(o.temporal_pool);
   if (o.standardize == "on") plan.standardize = StandardizeMode::kOn;
   else if (o.standardize == "off") plan.standardize = StandardizeMode::kOff;
   else if (o.standardize != "auto") throw UsageError(OptionName{"standardize"}, "expected auto, on or off, got \"" + o.standardize + "\"");
@@ -163,6 +174,7 @@ ProbePlan plan_probe(const ProbeOptions& options) {
   }
   if (!options.hidden.empty()) plan.hidden = parse_int_list(options.hidden, {"hidden"});
   plan_placement(options, plan);
+  plan_inputs_and_loss(options, plan);
   plan_grid(options, plan, lrs, decays);
   return plan;
 }

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "embcache/probe/class_weights.hpp"
 #include "embcache/probe/heads.hpp"
 #include "embcache/probe/optimizer.hpp"
 #include "embcache/probe/probe_options.hpp"
@@ -43,6 +44,7 @@ struct ProbePlan {
   std::optional<std::int64_t> gpu_budget, host_budget;  // bytes; nullopt: auto
   StandardizeMode standardize = StandardizeMode::kAuto;
   TemporalPool temporal_pool = TemporalPool::kMean;
+  ClassWeightMode class_weights = ClassWeightMode::kNone;
 
   // Whether heads of `type` get per-channel standardisation (auto: linear, mlp, pixel-shuffle).
   bool standardizes(HeadType type) const;

@@ -45,6 +45,7 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
   j["history"] = facts.history;
   j["timing"] = facts.timing;
   j["data"] = facts.data;
+  if (!facts.class_weights.is_null()) j["class_weights"] = facts.class_weights;
   if (!facts.warnings.empty()) j["warnings"] = facts.warnings;
   return j;
 }

@@ -32,6 +32,7 @@ struct RunFacts {
   nlohmann::json splits;            // {"train": {"name", "rows"}, "val": ..., "test": ...}
   nlohmann::json history;           // one row per epoch and combination
   nlohmann::json timing, data;
+  nlohmann::json class_weights;     // --class-weights other than none: mode, train counts, weights
   std::vector<std::string> warnings;
 };
 

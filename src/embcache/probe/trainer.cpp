@@ -92,16 +92,16 @@ HeadConfig configure_head(HeadType type, const std::vector<std::string>& level_s
 
 // Per-member training loss [G] for outputs [G, B, ...].
 at::Tensor member_losses(ProbeTask task, const at::Tensor& out, const FeedBatch& batch, std::int64_t ignore_index,
-                         double label_smoothing) {
+                         double label_smoothing, const at::Tensor& class_weights) {
   const std::int64_t g = out.size(0), b = out.size(1);
   switch (task) {
     case ProbeTask::kClassification:
-      return at::cross_entropy_loss(out.reshape({g * b, out.size(2)}), batch.targets.repeat({g}), {},
+      return at::cross_entropy_loss(out.reshape({g * b, out.size(2)}), batch.targets.repeat({g}), class_weights,
                                     at::Reduction::None, -100, label_smoothing)
           .view({g, b})
           .mean(1);
     case ProbeTask::kMultilabel:
-      return at::binary_cross_entropy_with_logits(out, batch.targets.unsqueeze(0).expand_as(out), {}, {},
+      return at::binary_cross_entropy_with_logits(out, batch.targets.unsqueeze(0).expand_as(out), {}, class_weights,
                                                   at::Reduction::None)
           .mean({1, 2});
     case ProbeTask::kRegression:
@@ -109,7 +109,7 @@ at::Tensor member_losses(ProbeTask task, const at::Tensor& out, const FeedBatch&
     case ProbeTask::kSegmentation: {
       const at::Tensor mask = batch.columns.back();
       const at::Tensor loss = at::cross_entropy_loss(out.reshape({g * b, out.size(2), out.size(3), out.size(4)}),
-                                                     mask.repeat({g, 1, 1}), {}, at::Reduction::None,
+                                                     mask.repeat({g, 1, 1}), class_weights, at::Reduction::None,
                                                      ignore_index, label_smoothing);
       const at::Tensor valid = (mask != ignore_index).sum().clamp_min(1).to(at::kFloat);
       return loss.view({g, -1}).sum(1) / valid;
@@ -219,6 +219,8 @@ class Trainer {
     data_ = std::make_unique<ProbeData>(options, task);
     // Not progress: shown with --quiet too (studies run their passes quietly).
     for (const auto& warning : data_->warnings()) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
+    class_weights_ = train_class_weights(*data_, plan.class_weights);
+    if (class_weights_.weights.defined()) loss_weights = class_weights_.weights.to(device);
   }
 
   // One head configuration per distinct (head, level set) of the grid, in the grid's order.
@@ -385,7 +387,8 @@ class Trainer {
           }
           if (!any) continue;
           const at::Tensor out = bank.heads.forward(bank_inputs(bank, *batch), true);
-          const at::Tensor losses = member_losses(task, out, *batch, data.ignore_index(), options.label_smoothing);
+          const at::Tensor losses =
+              member_losses(task, out, *batch, data.ignore_index(), options.label_smoothing, loss_weights);
           losses.sum().backward();
           bank.optimizer->step(factor, active);
           bank.optimizer->zero_grad();
@@ -528,6 +531,7 @@ class Trainer {
                     {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
                     {"heads", combos.size()}, {"banks", banks.size()}};
     facts.data = data_json();
+    if (plan.class_weights != ClassWeightMode::kNone) facts.class_weights = class_weights_.to_json();
     facts.warnings = data.warnings();
     facts.warnings.insert(facts.warnings.end(), warnings_.begin(), warnings_.end());
     return facts;
@@ -583,6 +587,8 @@ class Trainer {
   const ProbeTask task;
   const c10::Device device;
   std::unique_ptr<ProbeData> data_;
+  ClassWeights class_weights_;  // from the train split (--class-weights)
+  at::Tensor loss_weights;      // class_weights_.weights on the device; undefined: none
   // The grid.
   std::vector<Combination> combos;
   std::vector<Bank> banks;

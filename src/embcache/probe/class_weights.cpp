@@ -1,0 +1,108 @@
+#include "embcache/probe/class_weights.hpp"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+
+#include "embcache/core/error.hpp"
+#include "embcache/probe/probe_data.hpp"
+
+namespace embcache {
+namespace {
+
+// Labelled pixels per class over the training split's masks, read a block of rows at a time.
+at::Tensor mask_counts(const ProbeData& data) {
+  const std::int64_t k = data.num_outputs();
+  at::Tensor counts = at::zeros({k}, at::kDouble);
+  constexpr std::int64_t kBlock = 1024;
+  for (std::size_t c = 0; c < data.train().rows.size(); ++c) {
+    const auto& rows = data.train().rows[c];
+    const CacheFileReader& cache = *data.caches()[c];
+    for (std::size_t i = 0; i < rows.size();) {
+      const std::int64_t start = rows[i];
+      const std::int64_t end = std::min(start + kBlock, cache.rows());
+      std::vector<std::int64_t> picked;
+      while (i < rows.size() && rows[i] < end) picked.push_back(rows[i++] - start);
+      const at::Tensor masks = cache.read_masks(start, end - start).index_select(0, at::tensor(picked, at::kLong));
+      const at::Tensor valid = masks.flatten();
+      const at::Tensor labelled = valid.masked_select((valid != data.ignore_index()) & (valid >= 0) & (valid < k));
+      counts += at::bincount(labelled.to(at::kLong), {}, k).to(at::kDouble);
+    }
+  }
+  return counts;
+}
+
+}  // namespace
+
+ClassWeightMode parse_class_weights(const std::string& text) {
+  if (text == "none") return ClassWeightMode::kNone;
+  if (text == "balanced") return ClassWeightMode::kBalanced;
+  if (text == "inverse-sqrt") return ClassWeightMode::kInverseSqrt;
+  throw UsageError(OptionName{"class-weights"}, "expected none, balanced or inverse-sqrt, got \"" + text + "\"");
+}
+
+const char* class_weights_name(ClassWeightMode mode) {
+  switch (mode) {
+    case ClassWeightMode::kBalanced: return "balanced";
+    case ClassWeightMode::kInverseSqrt: return "inverse-sqrt";
+    default: return "none";
+  }
+}
+
+nlohmann::json ClassWeights::to_json() const {
+  nlohmann::json j = {{"mode", class_weights_name(mode)}};
+  if (counts.defined()) {
+    const at::Tensor c = counts.contiguous();
+    j["train_counts"] = std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());
+  }
+  if (weights.defined()) {
+    const at::Tensor w = weights.to(at::kDouble).contiguous();
+    j["weights"] = std::vector<double>(w.data_ptr<double>(), w.data_ptr<double>() + w.numel());
+  }
+  return j;
+}
+
+at::Tensor weights_from_counts(ClassWeightMode mode, const at::Tensor& counts, double rows, bool multilabel) {
+  const at::Tensor n = counts.to(at::kDouble);
+  const at::Tensor present = n > 0;
+  const at::Tensor safe = at::where(present, n, at::ones_like(n));
+  at::Tensor w;
+  if (multilabel) {
+    const at::Tensor ratio = (rows - n) / safe;  // negatives per positive
+    w = mode == ClassWeightMode::kBalanced ? ratio : ratio.sqrt();
+  } else {
+    // K counts the classes the train split has, as scikit-learn counts the labels in y.
+    const double total = n.sum().item<double>(), k = present.sum().item<double>();
+    if (mode == ClassWeightMode::kBalanced) {
+      w = total / (k * safe);
+    } else {
+      w = 1.0 / safe.sqrt();
+      w = w * (total / (n * w).sum().item<double>());
+    }
+  }
+  return at::where(present, w, at::zeros_like(w)).to(at::kFloat);
+}
+
+ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode) {
+  ClassWeights cw;
+  cw.mode = mode;
+  if (mode == ClassWeightMode::kNone) return cw;
+  const ProbeTask task = data.task();
+  const bool multilabel = task == ProbeTask::kMultilabel;
+  double rows = double(data.train().size());
+  if (task == ProbeTask::kClassification) {
+    cw.counts = at::bincount(data.targets(0).to(at::kLong), {}, data.num_outputs()).to(at::kDouble);
+  } else if (multilabel) {
+    cw.counts = data.targets(0).to(at::kDouble).gt(0.5).to(at::kDouble).sum(0);
+  } else if (task == ProbeTask::kSegmentation) {
+    cw.counts = mask_counts(data);
+    rows = cw.counts.sum().item<double>();
+  } else {
+    throw UsageError(OptionName{"class-weights"}, std::string("applies to classification, multilabel and segmentation; --task ") +
+                     task_name(task) + " has no classes (use --class-weights none)");
+  }
+  cw.weights = weights_from_counts(mode, cw.counts, rows, multilabel);
+  return cw;
+}
+
+}  // namespace embcache

@@ -1,0 +1,37 @@
+// --class-weights for imbalanced tasks: per-class loss weights from the training split's counts
+// (classification: rows; segmentation: labelled pixels; multilabel: a positive weight per label).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <nlohmann/json.hpp>
+
+#include <string>
+
+namespace embcache {
+
+class ProbeData;
+
+enum class ClassWeightMode { kNone, kBalanced, kInverseSqrt };
+ClassWeightMode parse_class_weights(const std::string& text);  // UsageError naming --class-weights
+const char* class_weights_name(ClassWeightMode mode);
+
+struct ClassWeights {
+  ClassWeightMode mode = ClassWeightMode::kNone;
+  at::Tensor counts;   // float64 [K]: train rows (pixels) per class; multilabel: positives per label
+  at::Tensor weights;  // float32 [K]: undefined for kNone
+  nlohmann::json to_json() const;  // {"mode", "train_counts", "weights"}
+};
+
+// From counts n_c over N = sum n_c (multilabel: N = train rows): balanced w_c = N / (K n_c) with K
+// the classes present, as scikit-learn's "balanced"; inverse-sqrt w_c proportional to
+// 1 / sqrt(n_c), scaled so that the weights average 1 over the training rows (sum n_c w_c = N).
+// A class without train rows gets 0.
+// Multilabel: the weight of label c's positives, neg_c / pos_c (balanced) or its square root.
+at::Tensor weights_from_counts(ClassWeightMode mode, const at::Tensor& counts, double rows, bool multilabel);
+
+// Counts the training split of `data` and derives the weights. UsageError for a task without
+// classes (regression, pixel regression).
+ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode);
+
+}  // namespace embcache
