@@ -30,7 +30,7 @@ PACKAGES=(
   libhdf5-dev hdf5-tools hdf5-filter-plugin hdf5-filter-plugin-blosc-serial
   libcli11-dev nlohmann-json3-dev doctest-dev libssl-dev
   libgdal-dev gdal-bin python3-gdal
-  python3-h5py python3-numpy
+  python3-h5py python3-numpy python3-sklearn
   dataset-fashion-mnist
 )
 if ((cuda)); then

@@ -126,6 +126,40 @@ def upernet(args) -> int:
     return 0 if err < 1e-5 else 1
 
 
+def sklearn_logreg(args) -> int:
+    """Each C of a logreg run against scikit-learn's LogisticRegression(lbfgs) on the same
+    features: each level pooled over H x W, standardised with the train split's mean and
+    (population) std, concatenated."""
+    import time
+    from sklearn.linear_model import LogisticRegression
+    with open(f"{args.run}/metrics.json") as fh:
+        m = json.load(fh)
+    with h5py.File(args.cache, "r") as f:
+        split = f["index/split"].asstr()[:]
+        y = f["labels/class"][:]
+        parts = []
+        for level in m["best"]["levels"]:
+            x = f[f"levels/{level}"].astype("f4")[:].astype(np.float64)
+            parts.append(x.mean(axis=(2, 3)) if x.ndim == 4 else x)
+    x = np.concatenate(parts, 1)
+    tr, te = split == m["splits"]["train"]["name"], split == m["splits"]["test"]["name"]
+    std = x[tr].std(0)
+    z = (x - x[tr].mean(0)) / np.where(std > 1e-6, std, 1)
+    worst, seconds = 0.0, 0.0
+    for c in m["combinations"]:
+        t0 = time.time()
+        clf = LogisticRegression(C=c["C"], max_iter=1000).fit(z[tr], y[tr])
+        seconds += time.time() - t0
+        acc = float((clf.predict(z[te]) == y[te]).mean())
+        diff = 100 * (c["test"]["accuracy"] - acc)
+        worst = max(worst, abs(diff))
+        print(f"C={c['C']:g}: test accuracy embcache {c['test']['accuracy']:.4f}, scikit-learn {acc:.4f} ({diff:+.2f} points)")
+    ours = m["timing"]["train_seconds"]
+    print(f"fit time for {len(m['combinations'])} values of C: embcache {ours:.2f} s (warm-started path), "
+          f"scikit-learn {seconds:.2f} s (separate fits): {ours / seconds:.2f}x")
+    return 0 if worst <= args.points else 1
+
+
 def head(args) -> int:
     with open(f"{args.run}/metrics.json") as fh:
         m = json.load(fh)
@@ -260,6 +294,11 @@ def main() -> int:
     q.add_argument("cache")
     q.add_argument("run")
     q.set_defaults(fn=upernet)
+    q = sub.add_parser("sklearn-logreg")
+    q.add_argument("cache")
+    q.add_argument("run")
+    q.add_argument("--points", type=float, default=0.2)
+    q.set_defaults(fn=sklearn_logreg)
     q = sub.add_parser("head")
     q.add_argument("cache")
     q.add_argument("run")

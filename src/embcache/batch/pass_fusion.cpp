@@ -13,7 +13,7 @@ namespace {
 
 std::string shared_key(const ProbeRun& run) {
   nlohmann::json j = probe_options_to_json(run.options);
-  for (const char* k : {"lr", "weight_decay", "head", "levels", "out"}) j.erase(k);
+  for (const char* k : {"lr", "weight_decay", "C", "head", "levels", "out"}) j.erase(k);
   return run.group + "\n" + j.dump();
 }
 
@@ -24,20 +24,23 @@ std::size_t count_distinct(const std::vector<T>& values) {
   return std::set<T>(values.begin(), values.end()).size();
 }
 
-// A pass of exactly these runs, when their (head, levels, lr, wd) form a full grid.
+// A pass of exactly these runs, when their (head, levels, lr, wd, C) form a full grid (logreg
+// runs differ in C, whose path a pass fits with warm starts; the others have C 0).
 std::optional<Pass> full_grid_pass(const Study& study, const std::vector<std::size_t>& group) {
   std::vector<std::string> heads, levels;
-  std::vector<double> lrs, wds;
-  std::set<std::tuple<std::string, std::string, double, double>> combos;
+  std::vector<double> lrs, wds, cs;
+  std::set<std::tuple<std::string, std::string, double, double, double>> combos;
   for (auto r : group) {
     const ProbeCombination& c = combination_of(study.runs[r]);
     heads.push_back(head_name(c.head));
     levels.push_back(c.levels_text());
     lrs.push_back(c.lr);
     wds.push_back(c.weight_decay);
-    combos.insert({heads.back(), levels.back(), c.lr, c.weight_decay});
+    cs.push_back(c.C);
+    combos.insert({heads.back(), levels.back(), c.lr, c.weight_decay, c.C});
   }
-  const std::size_t grid = count_distinct(heads) * count_distinct(levels) * count_distinct(lrs) * count_distinct(wds);
+  const std::size_t grid = count_distinct(heads) * count_distinct(levels) * count_distinct(lrs) * count_distinct(wds) *
+                           count_distinct(cs);
   if (combos.size() != group.size() || grid != group.size()) return std::nullopt;
   Pass pass;
   pass.runs = group;

@@ -562,6 +562,11 @@ class StudyParser {
       add_option_problem(where, point.label.empty() ? "" : " (" + point.label + ")", fields, err);
       return false;
     }
+    if (run.plan.grid.size() != 1) {  // only logreg's C "auto" makes one run of several combinations
+      problems_.add(where + ".C", "a study lists logreg's C values (each is a run and they share one pass), e.g. "
+                    "\"C\": [0.01, 0.1, 1, 10]; \"auto\" is the command line's 11 values");
+      return false;
+    }
     nlohmann::json identity = probe_options_to_json(run.options);
     identity.erase("out");
     identity.erase("quiet");

@@ -51,7 +51,8 @@ class SourceWriter {
         case HeadType::kFpn: write_fpn(); break;
         case HeadType::kUnet: write_unet(); break;
         case HeadType::kUpernet: write_upernet(); break;
-        case HeadType::kMlp: break;  // validate() rejects mlp on dense tasks
+        case HeadType::kMlp:
+        case HeadType::kLogreg: break;  // validate() rejects them on dense tasks
       }
     }
     return out_.str();
@@ -310,7 +311,8 @@ HeadType parse_head(const std::string& text) {
   if (text == "unet") return HeadType::kUnet;
   if (text == "pixel-shuffle") return HeadType::kPixelShuffle;
   if (text == "upernet") return HeadType::kUpernet;
-  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet, pixel-shuffle or upernet, got \"" + text + "\"");
+  if (text == "logreg") return HeadType::kLogreg;
+  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet, pixel-shuffle, upernet or logreg, got \"" + text + "\"");
 }
 
 const char* head_name(HeadType type) {
@@ -322,16 +324,17 @@ const char* head_name(HeadType type) {
     case HeadType::kUnet: return "unet";
     case HeadType::kPixelShuffle: return "pixel-shuffle";
     case HeadType::kUpernet: return "upernet";
+    case HeadType::kLogreg: return "logreg";
   }
   return "?";
 }
 
 bool HeadConfig::pooled_input() const {
-  return !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp);
+  return !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg);
 }
 
 bool HeadConfig::bankable() const {
-  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle;
+  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle || type == HeadType::kLogreg;
 }
 
 std::string HeadConfig::levels_text() const {
@@ -343,7 +346,10 @@ std::string HeadConfig::levels_text() const {
 void check_head_levels(HeadType type, ProbeTask task, std::size_t level_count, const std::string& levels_text) {
   const std::string head = std::string("--head ") + head_name(type);
   const bool multi = type == HeadType::kFpn || type == HeadType::kUnet;
-  const bool pooled = !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp);
+  const bool pooled = !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg);
+  if (type == HeadType::kLogreg && task != ProbeTask::kClassification) {
+    throw UsageError("--head logreg is multinomial logistic regression; use it with --task classification");
+  }
   if (multi && level_count < 2) {
     throw UsageError(head + " combines several levels; give at least two joined with '+' (e.g. --levels 1+2+3), got " +
                      levels_text);
@@ -467,6 +473,20 @@ const HeadConfig& HeadBank::config() const { return impl_->config; }
 std::int64_t HeadBank::members() const { return impl_->members; }
 std::string HeadBank::source() const { return impl_->source; }
 std::vector<at::Tensor> HeadBank::parameters() const { return impl_->params; }
+
+at::Tensor HeadBank::pooled_features(const std::vector<at::Tensor>& inputs) const {
+  const HeadConfig& c = impl_->config;
+  if (!c.pooled_input()) throw std::logic_error("HeadBank::pooled_features: not a pooled head");
+  const std::vector<at::Tensor> mean = impl_->stats(true), std = impl_->stats(false);
+  std::vector<at::Tensor> parts;
+  for (std::size_t i = 0; i < inputs.size(); ++i) {
+    at::Tensor x = inputs[i];
+    if (x.dim() == 4) x = x.mean({2, 3});
+    if (c.standardize) x = (x - mean[i]) / std[i];
+    parts.push_back(x);
+  }
+  return parts.size() == 1 ? parts.front() : at::cat(parts, 1);
+}
 
 void HeadBank::set_standardization(const std::vector<at::Tensor>& mean, const std::vector<at::Tensor>& std) {
   if (!impl_->config.standardize) return;

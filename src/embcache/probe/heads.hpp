@@ -15,7 +15,9 @@
 
 namespace embcache {
 
-enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle, kUpernet };
+// kLogreg: a linear head on pooled, standardised features whose weights are fitted by L-BFGS
+// (probe/logistic_regression.hpp) rather than trained by epochs.
+enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle, kUpernet, kLogreg };
 HeadType parse_head(const std::string& text);
 const char* head_name(HeadType type);
 
@@ -60,6 +62,9 @@ class HeadBank {
   // [G, B, outputs] or, for dense tasks, [G, B, outputs, h, w]. `train` enables dropout.
   at::Tensor forward(const std::vector<at::Tensor>& inputs, bool train);
   std::vector<at::Tensor> parameters() const;  // stacked along dim 0, requires_grad
+  // Pooled heads: the features the first layer reads, [B, D] (each level pooled, standardised,
+  // concatenated), as forward computes them.
+  at::Tensor pooled_features(const std::vector<at::Tensor>& inputs) const;
   // Copies of member g's parameter slices, and their restoration.
   std::vector<at::Tensor> member_state(std::int64_t g) const;
   void load_member_state(std::int64_t g, const std::vector<at::Tensor>& state);

@@ -26,6 +26,9 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("conv-blocks", "conv: 3x3 conv blocks", &O::conv_blocks);
     t.add("temporal-pool", "Levels with a time axis: mean, max or last over time, before any head (and in head.pt)",
           &O::temporal_pool).identity_when_set = true;
+    t.add("C", "logreg: inverse L2 strength (scikit-learn's C); comma list = grid; auto = 11 values 1e-6 ... 1e4",
+          &O::C).shape = S::kList;
+    t.last().grid = t.last().numeric = t.last().identity_when_set = true;
     t.add("class-weights", "Loss weights per class from the train split: none, balanced (N / (K n_c)) or inverse-sqrt",
           &O::class_weights).identity_when_set = true;
     t.add("optimizer", "adamw or sgd", &O::optimizer);

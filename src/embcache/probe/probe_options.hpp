@@ -23,7 +23,8 @@ struct ProbeOptions {
   double dropout = 0.1;             // mlp
   std::int64_t conv_blocks = 2;     // conv
   std::string temporal_pool = "mean";
-  std::string class_weights = "none";  // none | balanced | inverse-sqrt  // mean | max | last: time axes reduced before any head
+  std::string class_weights = "none";  // none | balanced | inverse-sqrt
+  std::string C = "auto";              // logreg: inverse regularisation strengths (comma list = grid)  // mean | max | last: time axes reduced before any head
   std::string optimizer = "adamw";
   std::string lr = "1e-3";          // comma list: grid
   std::string weight_decay = "0";   // comma list: grid

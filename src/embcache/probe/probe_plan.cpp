@@ -1,11 +1,13 @@
 #include "embcache/probe/probe_plan.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
+#include "embcache/probe/logistic_regression.hpp"
 
 namespace embcache {
 namespace {
@@ -125,6 +127,22 @@ void plan_grid(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>
   for (HeadType head : heads) {
     for (const auto& set : level_sets) check_head_levels(head, plan.task, set.size(), level_set_text(set));
   }
+  const bool logreg = std::find(heads.begin(), heads.end(), HeadType::kLogreg) != heads.end();
+  if (logreg && heads.size() > 1) {
+    throw UsageError(OptionName{"head"}, "logreg is fitted by L-BFGS, not trained by epochs; give it alone in its own run");
+  }
+  if (!logreg && o.C != "auto") throw UsageError(OptionName{"C"}, "applies to --head logreg only");
+  if (logreg) {
+    const std::vector<double> cs = o.C == "auto" ? default_c_grid() : parse_double_list(o.C, {"C"});
+    for (double c : cs) {
+      if (!(c > 0) || !std::isfinite(c)) throw UsageError(OptionName{"C"}, "values must be positive");
+    }
+    refuse_repeats(cs, {"C"}, format_number);
+    for (const auto& set : level_sets) {
+      for (double c : cs) plan.grid.push_back(ProbeCombination{HeadType::kLogreg, set, 0, 0, c});
+    }
+    return;
+  }
   for (HeadType head : heads) {
     for (const auto& set : level_sets) {
       for (double lr : lrs) {
@@ -153,7 +171,7 @@ std::string ProbeCombination::levels_text() const { return level_set_text(levels
 
 bool ProbePlan::standardizes(HeadType type) const {
   if (standardize != StandardizeMode::kAuto) return standardize == StandardizeMode::kOn;
-  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle;
+  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle || type == HeadType::kLogreg;
 }
 
 ProbePlan plan_probe(const ProbeOptions& options) {

@@ -19,11 +19,13 @@
 
 namespace embcache {
 
-// One point of a grid: a head over a level set, with a learning rate and a weight decay.
+// One point of a grid: a head over a level set, with a learning rate and a weight decay (logreg:
+// with a C).
 struct ProbeCombination {
   HeadType head = HeadType::kLinear;
   std::vector<std::string> levels;  // level names or indices as written; one head reads them all
   double lr = 1e-3, weight_decay = 0;
+  double C = 0;  // logreg only (lr and weight decay are 0 there)
   std::string levels_text() const;  // "2" or "1+2", as --levels writes the set
 };
 

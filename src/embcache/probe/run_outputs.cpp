@@ -29,6 +29,7 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
   j["device"] = facts.device;
   j["best"] = {{"combination", winner.id}, {"head", winner.head}, {"levels", winner.levels},
                {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
+  if (winner.head == "logreg") j["best"]["C"] = winner.C;
   j["val"] = winner.val;
   j["test"] = or_empty(winner.test);
   if (!winner.test_ci95.is_null()) j["test_ci95"] = winner.test_ci95;
@@ -39,6 +40,7 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
                           {"val", or_empty(c.val)}, {"test", or_empty(c.test)}};
     if (!c.test_ci95.is_null()) row["test_ci95"] = c.test_ci95;
     if (c.diverged_epoch > 0) row["diverged_epoch"] = c.diverged_epoch;
+    if (c.head == "logreg") row["C"] = c.C;
     grid.push_back(row);
   }
   j["combinations"] = grid;

@@ -21,6 +21,7 @@ struct CombinationResult {
   std::int64_t diverged_epoch = 0;
   double best_value = 0;            // the primary validation metric at best_epoch
   nlohmann::json val, test, test_ci95;  // null when there are none
+  double C = 0;                     // logreg
 };
 
 // The rest of what metrics.json says about a run.

@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <set>
 
 #include "embcache/core/clock.hpp"
@@ -23,6 +24,7 @@
 #include "embcache/core/progress.hpp"
 #include "embcache/core/stop_request.hpp"
 #include "embcache/probe/feature_feed.hpp"
+#include "embcache/probe/logistic_regression.hpp"
 #include "embcache/probe/heads.hpp"
 #include "embcache/probe/metrics.hpp"
 #include "embcache/probe/optimizer.hpp"
@@ -39,6 +41,7 @@ struct Combination {
   HeadConfig head;
   std::string levels_requested;
   double lr = 0, weight_decay = 0;
+  double C = 0;  // logreg
   std::size_t bank = 0;
   std::int64_t member = 0;
   // Training state.
@@ -202,7 +205,11 @@ class Trainer {
     build_grid();
     choose_tier();
     standardize();
-    train();
+    if (plan.grid.front().head == HeadType::kLogreg) {
+      fit_logregs();
+    } else {
+      train();
+    }
     test();
     return write_outputs();
   }
@@ -275,8 +282,10 @@ class Trainer {
       c.weight_decay = plan.grid[i].weight_decay;
       c.bank = b;
       c.member = std::int64_t(banks[b].combos.size());
-      c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() + " lr=" + format_number(c.lr) +
-             " wd=" + format_number(c.weight_decay);
+      c.C = plan.grid[i].C;
+      c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() +
+             (config.type == HeadType::kLogreg ? " C=" + format_number(c.C)
+                                               : " lr=" + format_number(c.lr) + " wd=" + format_number(c.weight_decay));
       banks[b].combos.push_back(combos.size());
       combos.push_back(std::move(c));
     }
@@ -455,6 +464,78 @@ class Trainer {
     }
   }
 
+  // --head logreg: the training split's pooled, standardised features once, then each bank's
+  // members (one per C) fitted by L-BFGS in increasing C, each starting from the previous
+  // solution; the fit counts as epoch 1.
+  void fit_logregs() {
+    ProbeData& data = *data_;
+    const auto t0 = Clock::now();
+    std::vector<std::vector<at::Tensor>> parts(banks.size());
+    std::vector<at::Tensor> targets;
+    {
+      c10::NoGradGuard no_grad;
+      train_feed->start(false, 0);
+      while (auto batch = train_feed->next()) {
+        for (std::size_t i = 0; i < banks.size(); ++i) {
+          parts[i].push_back(banks[i].heads.pooled_features(bank_inputs(banks[i], *batch)).to(at::kDouble));
+        }
+        targets.push_back(batch->targets);
+      }
+    }
+    const at::Tensor y = at::cat(targets);
+    history = nlohmann::json::array();
+    higher = higher_is_better(task);
+    primary = primary_metric(task);
+    std::vector<std::vector<LogregFit>> fits(banks.size());
+    for (std::size_t i = 0; i < banks.size(); ++i) {
+      const at::Tensor z = at::cat(parts[i]);
+      parts[i].clear();
+      std::vector<std::int64_t> order(std::size_t(banks[i].heads.members()));
+      std::iota(order.begin(), order.end(), 0);
+      std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+        return combos[banks[i].combos[std::size_t(a)]].C < combos[banks[i].combos[std::size_t(b)]].C;
+      });
+      fits[i].resize(order.size());
+      const LogregFit* previous = nullptr;
+      for (std::int64_t g : order) {
+        if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
+        LogregFit& fit = fits[i][std::size_t(g)];
+        fit = fit_logreg(z, y, data.num_outputs(), combos[banks[i].combos[std::size_t(g)]].C, loss_weights, previous);
+        banks[i].heads.load_member_state(g, {fit.weight.to(at::kFloat), fit.bias.to(at::kFloat)});
+        previous = &fit;
+      }
+    }
+    train_seconds = seconds_since(t0);
+    samples_trained = y.size(0);
+    epochs_run = 1;
+    record_fits(fits);
+  }
+
+  // Validation of the fitted members, as one epoch: every C is a result row.
+  void record_fits(const std::vector<std::vector<LogregFit>>& fits) {
+    auto val = evaluate(banks, *val_feed, *data_);
+    for (std::size_t i = 0; i < banks.size(); ++i) {
+      for (std::int64_t g = 0; g < banks[i].heads.members(); ++g) {
+        Combination& c = combos[banks[i].combos[std::size_t(g)]];
+        const LogregFit& fit = fits[i][std::size_t(g)];
+        c.best_epoch = 1;
+        c.best_value = val[i].primary(g);
+        c.best_val = val[i].result(g);
+        c.best_state = banks[i].heads.member_state(g);
+        nlohmann::json row = {{"epoch", 1}, {"combination", c.id}, {"head", head_name(c.head.type)},
+                              {"levels", c.head.levels_text()}, {"lr_base", 0.0}, {"weight_decay", 0.0}, {"C", c.C},
+                              {"train_loss", fit.loss},
+                              {"evaluations", fit.evaluations}, {"seconds", train_seconds}};
+        nlohmann::json scalars = nlohmann::json::object();
+        for (const auto& [k, v] : c.best_val.items()) {
+          if (v.is_number() || v.is_null()) scalars[k] = v;
+        }
+        row["val"] = scalars;
+        history.push_back(row);
+      }
+    }
+  }
+
   void test() {
     ProbeData& data = *data_;
     // Best states back in, test for every combination, the best one picked by validation.
@@ -488,8 +569,10 @@ class Trainer {
   }
 
   CombinationResult result_of(const Combination& c) const {
-    return {c.id, head_name(c.head.type), c.head.levels, c.lr, c.weight_decay, c.best_epoch, c.diverged_epoch,
-            c.best_value, c.best_val, c.test, c.test_ci};
+    CombinationResult r{c.id, head_name(c.head.type), c.head.levels, c.lr, c.weight_decay, c.best_epoch, c.diverged_epoch,
+                        c.best_value, c.best_val, c.test, c.test_ci};
+    r.C = c.C;
+    return r;
   }
 
   // How the features were fed: the three splits' feeds together, the tiers and the budgets.
@@ -550,6 +633,7 @@ class Trainer {
       outcome.levels_requested = c.levels_requested;
       outcome.lr = c.lr;
       outcome.weight_decay = c.weight_decay;
+      outcome.C = c.C;
       outcome.best_epoch = c.best_epoch;
       outcome.diverged_epoch = c.diverged_epoch;
       outcome.val = metrics["combinations"][i]["val"];
