@@ -4,6 +4,8 @@
 //   yardstick PATH LEVEL E   the simplest in-memory probe: the split's features in one float32
 //                            tensor, index_select per batch, one pooled linear head (AdamW)
 //   encoder-loop ENC N       the same head with the encoder in the loop: N batches of images
+//   matmul M N D             one float32 [M, D] x [D, N] product (the similarity matrix of a
+//                            k-NN evaluation of M queries against N train rows), best of 3
 // Each prints one JSON line. Not a test: it asserts nothing.
 #include <torch/script.h>
 #include <torch/torch.h>
@@ -137,6 +139,18 @@ int encoder_loop(const std::string& encoder_path, int batches) {
   return 0;
 }
 
+int matmul(std::int64_t m, std::int64_t n, std::int64_t d) {
+  const torch::Tensor a = torch::randn({m, d}), b = torch::randn({n, d});
+  double best = 1e30;
+  for (int i = 0; i < 3; ++i) {
+    const auto t0 = Clock::now();
+    const torch::Tensor c = torch::mm(a, b.t());
+    best = std::min(best, since(t0));
+  }
+  std::printf("{\"seconds\": %.6f}\n", best);
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -145,10 +159,12 @@ int main(int argc, char** argv) {
     if (mode == "make-cache" && argc == 4) return make_cache(argv[2], std::stoll(argv[3]));
     if (mode == "yardstick" && argc == 5) return yardstick(argv[2], argv[3], std::stoi(argv[4]));
     if (mode == "encoder-loop" && argc == 4) return encoder_loop(argv[2], std::stoi(argv[3]));
+    if (mode == "matmul" && argc == 5) return matmul(std::stoll(argv[2]), std::stoll(argv[3]), std::stoll(argv[4]));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "bench_probe: %s\n", e.what());
     return 1;
   }
-  std::fprintf(stderr, "usage: bench_probe make-cache PATH ROWS | yardstick PATH LEVEL EPOCHS | encoder-loop ENCODER BATCHES\n");
+  std::fprintf(stderr, "usage: bench_probe make-cache PATH ROWS | yardstick PATH LEVEL EPOCHS | encoder-loop ENCODER BATCHES"
+                       " | matmul M N D\n");
   return 2;
 }

@@ -6,6 +6,8 @@
 #   grid of 12      <= 2.0 x the time of 1 linear head
 #   stream tier     >= 0.5 x host tier, peak RSS <= budget + 0.5 GB with the cache 4x the budget
 #   cached          >= 20 x the same training with the encoder in the loop
+#   knn             k = 10, 20, 50 in <= 1.5 x one float32 matrix product of the same sizes
+#   logreg          a 10-value C path in <= 0.5 x 10 separate fits (and against scikit-learn)
 # GPU tier: only when CUDA is available.
 # Usage: scripts/bench_probe.sh [WORK_DIR]   (default: a temporary directory)
 # From an existing build (a GPU node, no apt): BUILD_DIR=DIR with DIR/apps/embcache/embcache built
@@ -83,7 +85,29 @@ loop=$("$B" encoder-loop "$WORK/enc/bench_probe.pt" 10 | $PY -c 'import json,sys
 echo "cached (host tier): $host samples/s   encoder in the loop: $loop samples/s   ratio $(ratio "$host" "$loop") (target >= 20)"
 
 echo
-echo "== 5. GPU tier =="
+echo "== 5. k-NN and logistic regression on level 1 pooled (1280-d) =="
+probe knn --levels 1 --head knn --k 10,20,50 --tier host >/dev/null
+train=$(field knn splits.train.rows) queries=$(( $(field knn splits.val.rows) + $(field knn splits.test.rows) ))
+mm=$("$B" matmul "$queries" "$train" 1280 | $PY -c 'import json,sys; print(json.load(sys.stdin)["seconds"])')
+# The k-NN time includes reading the pooled queries and train rows from the host tier.
+knn_s=$(field knn timing.train_seconds)
+echo "knn k=10,20,50: $train train x $queries val+test rows in $(printf %.3f "$knn_s")s; one float32 matrix product" \
+     "[$queries x 1280] x [1280 x $train]: $(printf %.3f "$mm")s; ratio $(ratio "$knn_s" "$mm") (target <= 1.5)"
+CS=1e-4,1e-3,1e-2,3e-2,0.1,0.3,1,3,10,100
+probe logreg10 --levels 1 --head logreg --C $CS --tier host >/dev/null
+path=$(field logreg10 timing.train_seconds) separate=0
+for c in ${CS//,/ }; do
+  probe logreg-$c --levels 1 --head logreg --C "$c" --tier host >/dev/null
+  separate=$($PY -c 'import sys; print(float(sys.argv[1]) + float(sys.argv[2]))' "$separate" "$(field logreg-$c timing.train_seconds)")
+done
+echo "logreg, 10 values of C: one warm-started path $(printf %.3f "$path")s, 10 separate fits $(printf %.3f "$separate")s," \
+     "ratio $(ratio "$path" "$separate") (target <= 0.5)"
+if $PY -c 'import sklearn' 2>/dev/null; then
+  $PY tests/python/probe_checks.py sklearn-logreg "$CACHE" "$WORK/logreg10" --points 100 | tail -1
+fi
+
+echo
+echo "== 6. GPU tier =="
 if $PY -c 'import sys; sys.exit(0)' && "$E" train-probe --help >/dev/null && [[ -e /dev/nvidia0 ]]; then
   g=$(probe gpu-linear --levels 1 --device cuda --tier gpu)
   gh=$(probe gpu-host-linear --levels 1 --device cuda --tier host)

@@ -160,6 +160,35 @@ def sklearn_logreg(args) -> int:
     return 0 if worst <= args.points else 1
 
 
+def knn(args) -> int:
+    """Each k of a knn run against DINO's k-NN evaluation written here with plain torch: pooled
+    features, L2-normalised, cosine similarity to every train row, the k nearest vote with
+    exp(similarity / T)."""
+    with open(f"{args.run}/metrics.json") as fh:
+        m = json.load(fh)
+    temperature = m["options"].get("knn_temperature", 0.07)
+    with h5py.File(args.cache, "r") as f:
+        split = f["index/split"].asstr()[:]
+        y = torch.from_numpy(f["labels/class"][:])
+        parts = []
+        for level in m["best"]["levels"]:
+            x = torch.from_numpy(f[f"levels/{level}"].astype("f4")[:])
+            parts.append(x.mean(dim=(2, 3)) if x.dim() == 4 else x)
+    z = F.normalize(torch.cat(parts, 1), dim=1)
+    tr = torch.from_numpy(split == m["splits"]["train"]["name"])
+    te = torch.from_numpy(split == m["splits"]["test"]["name"])
+    sim = z[te] @ z[tr].T
+    worst = 0.0
+    for c in m["combinations"]:
+        v, i = sim.topk(c["k"], dim=1)
+        votes = torch.zeros(int(te.sum()), m["num_outputs"]).scatter_add_(1, y[tr][i], (v / temperature).exp())
+        acc = float((votes.argmax(1) == y[te]).double().mean())
+        diff = 100 * (c["test"]["accuracy"] - acc)
+        worst = max(worst, abs(diff))
+        print(f"k={c['k']}: test accuracy embcache {c['test']['accuracy']:.4f}, reference {acc:.4f} ({diff:+.2f} points)")
+    return 0 if worst <= 0.05 else 1
+
+
 def head(args) -> int:
     with open(f"{args.run}/metrics.json") as fh:
         m = json.load(fh)
@@ -299,6 +328,10 @@ def main() -> int:
     q.add_argument("run")
     q.add_argument("--points", type=float, default=0.2)
     q.set_defaults(fn=sklearn_logreg)
+    q = sub.add_parser("knn")
+    q.add_argument("cache")
+    q.add_argument("run")
+    q.set_defaults(fn=knn)
     q = sub.add_parser("head")
     q.add_argument("cache")
     q.add_argument("run")

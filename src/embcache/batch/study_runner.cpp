@@ -258,7 +258,8 @@ nlohmann::json write_run(const ProbeRun& run, const CombinationOutcome& c, std::
   const nlohmann::json m = run_metrics(*c.run_metrics, run, c, fused);
   write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
   write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
-  if (c.best_epoch > 0) {  // a run that diverged before its first finite epoch has no head
+  // A run that diverged before its first finite epoch has no head, nor a k-NN whose train split was streamed.
+  if (c.best_epoch > 0 && c.save_head) {
     c.save_head(run.options.out + "/head.pt.tmp");
     fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
   }

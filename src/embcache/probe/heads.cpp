@@ -52,7 +52,8 @@ class SourceWriter {
         case HeadType::kUnet: write_unet(); break;
         case HeadType::kUpernet: write_upernet(); break;
         case HeadType::kMlp:
-        case HeadType::kLogreg: break;  // validate() rejects them on dense tasks
+        case HeadType::kLogreg:
+        case HeadType::kKnn: break;  // validate() rejects them on dense tasks
       }
     }
     return out_.str();
@@ -312,7 +313,9 @@ HeadType parse_head(const std::string& text) {
   if (text == "pixel-shuffle") return HeadType::kPixelShuffle;
   if (text == "upernet") return HeadType::kUpernet;
   if (text == "logreg") return HeadType::kLogreg;
-  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet, pixel-shuffle, upernet or logreg, got \"" + text + "\"");
+  if (text == "knn") return HeadType::kKnn;
+  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet, pixel-shuffle, upernet, logreg or knn, got \"" +
+                   text + "\"");
 }
 
 const char* head_name(HeadType type) {
@@ -325,16 +328,19 @@ const char* head_name(HeadType type) {
     case HeadType::kPixelShuffle: return "pixel-shuffle";
     case HeadType::kUpernet: return "upernet";
     case HeadType::kLogreg: return "logreg";
+    case HeadType::kKnn: return "knn";
   }
   return "?";
 }
 
 bool HeadConfig::pooled_input() const {
-  return !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg);
+  return !is_dense(task) &&
+         (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg || type == HeadType::kKnn);
 }
 
 bool HeadConfig::bankable() const {
-  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle || type == HeadType::kLogreg;
+  return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle ||
+         type == HeadType::kLogreg || type == HeadType::kKnn;
 }
 
 std::string HeadConfig::levels_text() const {
@@ -346,9 +352,13 @@ std::string HeadConfig::levels_text() const {
 void check_head_levels(HeadType type, ProbeTask task, std::size_t level_count, const std::string& levels_text) {
   const std::string head = std::string("--head ") + head_name(type);
   const bool multi = type == HeadType::kFpn || type == HeadType::kUnet;
-  const bool pooled = !is_dense(task) && (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg);
+  const bool pooled = !is_dense(task) &&
+                      (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg || type == HeadType::kKnn);
   if (type == HeadType::kLogreg && task != ProbeTask::kClassification) {
     throw UsageError("--head logreg is multinomial logistic regression; use it with --task classification");
+  }
+  if (type == HeadType::kKnn && task != ProbeTask::kClassification) {
+    throw UsageError("--head knn votes for a class; use it with --task classification");
   }
   if (multi && level_count < 2) {
     throw UsageError(head + " combines several levels; give at least two joined with '+' (e.g. --levels 1+2+3), got " +

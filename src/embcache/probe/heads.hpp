@@ -17,7 +17,8 @@ namespace embcache {
 
 // kLogreg: a linear head on pooled, standardised features whose weights are fitted by L-BFGS
 // (probe/logistic_regression.hpp) rather than trained by epochs.
-enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle, kUpernet, kLogreg };
+// kKnn: k-nearest-neighbour vote on pooled features (probe/knn.hpp); it has no weights.
+enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle, kUpernet, kLogreg, kKnn };
 HeadType parse_head(const std::string& text);
 const char* head_name(HeadType type);
 

@@ -29,6 +29,10 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("C", "logreg: inverse L2 strength (scikit-learn's C); comma list = grid; auto = 11 values 1e-6 ... 1e4",
           &O::C).shape = S::kList;
     t.last().grid = t.last().numeric = t.last().identity_when_set = true;
+    t.add("k", "knn: neighbours that vote; comma list = grid (one top-k pass serves them all)", &O::k).shape = S::kList;
+    t.last().grid = t.last().numeric = t.last().identity_when_set = true;
+    t.add("knn-temperature", "knn: T of the vote's exp(cosine similarity / T) (DINO's 0.07)", &O::knn_temperature)
+        .identity_when_set = true;
     t.add("class-weights", "Loss weights per class from the train split: none, balanced (N / (K n_c)) or inverse-sqrt",
           &O::class_weights).identity_when_set = true;
     t.add("optimizer", "adamw or sgd", &O::optimizer);

@@ -24,7 +24,9 @@ struct ProbeOptions {
   std::int64_t conv_blocks = 2;     // conv
   std::string temporal_pool = "mean";
   std::string class_weights = "none";  // none | balanced | inverse-sqrt
-  std::string C = "auto";              // logreg: inverse regularisation strengths (comma list = grid)  // mean | max | last: time axes reduced before any head
+  std::string C = "auto";              // logreg: inverse regularisation strengths (comma list = grid)
+  std::string k = "20";                // knn: neighbours (comma list = grid)
+  double knn_temperature = 0.07;       // knn: the vote's exp(similarity / T)  // mean | max | last: time axes reduced before any head
   std::string optimizer = "adamw";
   std::string lr = "1e-3";          // comma list: grid
   std::string weight_decay = "0";   // comma list: grid

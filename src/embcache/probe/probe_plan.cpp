@@ -128,10 +128,27 @@ void plan_grid(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>
     for (const auto& set : level_sets) check_head_levels(head, plan.task, set.size(), level_set_text(set));
   }
   const bool logreg = std::find(heads.begin(), heads.end(), HeadType::kLogreg) != heads.end();
+  const bool knn = std::find(heads.begin(), heads.end(), HeadType::kKnn) != heads.end();
   if (logreg && heads.size() > 1) {
     throw UsageError(OptionName{"head"}, "logreg is fitted by L-BFGS, not trained by epochs; give it alone in its own run");
   }
+  if (knn && heads.size() > 1) {
+    throw UsageError(OptionName{"head"}, "knn votes with the train split, it is not trained by epochs; give it alone in its own run");
+  }
   if (!logreg && o.C != "auto") throw UsageError(OptionName{"C"}, "applies to --head logreg only");
+  if (!knn && o.k != "20") throw UsageError(OptionName{"k"}, "applies to --head knn only");
+  if (knn) {
+    if (!(o.knn_temperature > 0)) throw UsageError(OptionName{"knn-temperature"}, "must be positive");
+    const std::vector<std::int64_t> ks = parse_int_list(o.k, {"k"});
+    for (auto k : ks) {
+      if (k < 1) throw UsageError(OptionName{"k"}, "values must be at least 1");
+    }
+    refuse_repeats(ks, {"k"}, [](std::int64_t k) { return std::to_string(k); });
+    for (const auto& set : level_sets) {
+      for (auto k : ks) plan.grid.push_back(ProbeCombination{HeadType::kKnn, set, 0, 0, 0, k});
+    }
+    return;
+  }
   if (logreg) {
     const std::vector<double> cs = o.C == "auto" ? default_c_grid() : parse_double_list(o.C, {"C"});
     for (double c : cs) {

@@ -26,6 +26,7 @@ struct ProbeCombination {
   std::vector<std::string> levels;  // level names or indices as written; one head reads them all
   double lr = 1e-3, weight_decay = 0;
   double C = 0;  // logreg only (lr and weight decay are 0 there)
+  std::int64_t k = 0;  // knn only (lr and weight decay are 0 there)
   std::string levels_text() const;  // "2" or "1+2", as --levels writes the set
 };
 

@@ -30,6 +30,7 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
   j["best"] = {{"combination", winner.id}, {"head", winner.head}, {"levels", winner.levels},
                {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
   if (winner.head == "logreg") j["best"]["C"] = winner.C;
+  if (winner.head == "knn") j["best"]["k"] = winner.k;
   j["val"] = winner.val;
   j["test"] = or_empty(winner.test);
   if (!winner.test_ci95.is_null()) j["test_ci95"] = winner.test_ci95;
@@ -41,6 +42,7 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
     if (!c.test_ci95.is_null()) row["test_ci95"] = c.test_ci95;
     if (c.diverged_epoch > 0) row["diverged_epoch"] = c.diverged_epoch;
     if (c.head == "logreg") row["C"] = c.C;
+    if (c.head == "knn") row["k"] = c.k;
     grid.push_back(row);
   }
   j["combinations"] = grid;
@@ -89,9 +91,13 @@ void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
   if (ec) throw IoError("--out " + dir + ": cannot create the run directory (" + ec.message() + ")");
-  save_head(dir + "/head.pt.tmp");
-  if (std::rename((dir + "/head.pt.tmp").c_str(), (dir + "/head.pt").c_str()) != 0) {
-    throw IoError("--out " + dir + ": cannot move head.pt into place");
+  if (save_head) {
+    save_head(dir + "/head.pt.tmp");
+    if (std::rename((dir + "/head.pt.tmp").c_str(), (dir + "/head.pt").c_str()) != 0) {
+      throw IoError("--out " + dir + ": cannot move head.pt into place");
+    }
+  } else {
+    std::filesystem::remove(dir + "/head.pt", ec);  // an earlier run's head would not be this run's
   }
   write_text_atomically(dir + "/history.csv", history_csv(metrics), "--out");
   write_text_atomically(dir + "/metrics.json", metrics.dump(2) + "\n", "--out");

@@ -22,6 +22,7 @@ struct CombinationResult {
   double best_value = 0;            // the primary validation metric at best_epoch
   nlohmann::json val, test, test_ci95;  // null when there are none
   double C = 0;                     // logreg
+  std::int64_t k = 0;               // knn
 };
 
 // The rest of what metrics.json says about a run.
@@ -44,7 +45,8 @@ std::string history_csv(const nlohmann::json& metrics);
 // The one line train-probe prints: the best combination, its metrics, the grid and its speed.
 std::string run_summary_line(const nlohmann::json& metrics, const CombinationResult& best, std::int64_t epochs_run,
                              double train_seconds, const std::string& out);
-// Writes RUN_DIR (head.pt by `save_head`, then history.csv and metrics.json, each atomically);
+// Writes RUN_DIR (head.pt by `save_head`, none when it is empty; then history.csv and
+// metrics.json, each atomically);
 // IoError naming --out when the directory cannot be made.
 void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
                    const std::function<void(const std::string& path)>& save_head);

@@ -14,6 +14,7 @@
 #include <map>
 #include <numeric>
 #include <set>
+#include <thread>
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/device.hpp"
@@ -26,6 +27,7 @@
 #include "embcache/probe/feature_feed.hpp"
 #include "embcache/probe/logistic_regression.hpp"
 #include "embcache/probe/heads.hpp"
+#include "embcache/probe/knn.hpp"
 #include "embcache/probe/metrics.hpp"
 #include "embcache/probe/optimizer.hpp"
 #include "embcache/probe/run_outputs.hpp"
@@ -42,6 +44,7 @@ struct Combination {
   std::string levels_requested;
   double lr = 0, weight_decay = 0;
   double C = 0;  // logreg
+  std::int64_t k = 0;  // knn
   std::size_t bank = 0;
   std::int64_t member = 0;
   // Training state.
@@ -205,6 +208,11 @@ class Trainer {
     build_grid();
     choose_tier();
     standardize();
+    if (knn()) {
+      vote_knn();  // validation and test in one pass over the train split
+      choose_best();
+      return write_outputs();
+    }
     if (plan.grid.front().head == HeadType::kLogreg) {
       fit_logregs();
     } else {
@@ -283,8 +291,10 @@ class Trainer {
       c.bank = b;
       c.member = std::int64_t(banks[b].combos.size());
       c.C = plan.grid[i].C;
+      c.k = plan.grid[i].k;
       c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() +
              (config.type == HeadType::kLogreg ? " C=" + format_number(c.C)
+              : config.type == HeadType::kKnn  ? " k=" + std::to_string(c.k)
                                                : " lr=" + format_number(c.lr) + " wd=" + format_number(c.weight_decay));
       banks[b].combos.push_back(combos.size());
       combos.push_back(std::move(c));
@@ -320,12 +330,14 @@ class Trainer {
     host_budget = in.host_budget;
     gpu_budget = in.gpu_budget;
     buffer_bytes = choice.buffer_bytes;
+    // k-NN reads the train split in blocks against every query: large blocks, fewer merges,
+    // where the features are resident (a stream keeps the batches its budget allows).
+    const std::int64_t batch_size =
+        knn() && tier != FeedTier::kStream ? std::max<std::int64_t>(options.batch_size, 4096) : options.batch_size;
     const auto t_load = Clock::now();
-    train_feed = std::make_unique<FeatureFeed>(data, 0, columns, tier, device, options.batch_size, buffer_bytes);
-    val_feed = std::make_unique<FeatureFeed>(data, 1, columns, val_tier, device, options.batch_size, buffer_bytes);
-    if (data.test().size() > 0) {
-      test_feed = std::make_unique<FeatureFeed>(data, 2, columns, tier, device, options.batch_size, buffer_bytes);
-    }
+    train_feed = std::make_unique<FeatureFeed>(data, 0, columns, tier, device, batch_size, buffer_bytes);
+    val_feed = std::make_unique<FeatureFeed>(data, 1, columns, val_tier, device, batch_size, buffer_bytes);
+    if (data.test().size() > 0) test_feed = std::make_unique<FeatureFeed>(data, 2, columns, tier, device, batch_size, buffer_bytes);
     load_seconds = seconds_since(t_load);
   }
 
@@ -536,6 +548,120 @@ class Trainer {
     }
   }
 
+  bool knn() const { return plan.grid.front().head == HeadType::kKnn; }
+
+  // The pooled, L2-normalised features of one split per bank, and its targets, in row order.
+  std::vector<at::Tensor> knn_features(FeatureFeed& feed, at::Tensor* targets) {
+    std::vector<std::vector<at::Tensor>> parts(banks.size());
+    std::vector<at::Tensor> ys;
+    feed.start(false, 0);
+    while (auto batch = feed.next()) {
+      for (std::size_t i = 0; i < banks.size(); ++i) {
+        parts[i].push_back(l2_normalize(banks[i].heads.pooled_features(bank_inputs(banks[i], *batch))));
+      }
+      ys.push_back(batch->targets);
+    }
+    *targets = ys.empty() ? at::empty({0}, at::kLong) : at::cat(ys);
+    std::vector<at::Tensor> out;
+    for (auto& p : parts) out.push_back(p.empty() ? at::Tensor() : at::cat(p));
+    return out;
+  }
+
+  // --head knn: val and test rows are the queries; one pass over the train split keeps each
+  // query's k_max nearest rows (blocks of train rows, so the train split is never whole in
+  // memory unless its tier holds it anyway), and every k of the grid votes from them.
+  void vote_knn() {
+    c10::NoGradGuard no_grad;
+    ProbeData& data = *data_;
+    const auto t0 = Clock::now();
+    // The vote is one large matrix product: every core for it unless --threads says otherwise
+    // (LibTorch's default here is one thread per physical core; the epochs of small heads run
+    // faster so, k-NN twice as slow on a 2-vCPU machine).
+    const int threads_before = at::get_num_threads();
+    if (options.threads == 0) at::set_num_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+    struct RestoreThreads {
+      int n;
+      ~RestoreThreads() { at::set_num_threads(n); }
+    } restore{threads_before};
+    higher = higher_is_better(task);
+    primary = primary_metric(task);
+    std::int64_t k_max = 0;
+    for (const auto& c : combos) k_max = std::max(k_max, c.k);
+    if (k_max > data.train().size()) {
+      throw UsageError(OptionName{"k"}, std::to_string(k_max) + " is larger than the train split ('" + data.train().name +
+                       "', " + std::to_string(data.train().size()) + " rows); use a smaller --k");
+    }
+    at::Tensor y_val, y_test;
+    const std::vector<at::Tensor> val = knn_features(*val_feed, &y_val);
+    std::vector<at::Tensor> test;
+    if (test_feed) test = knn_features(*test_feed, &y_test);
+    std::vector<KnnNeighbours> neighbours;
+    for (std::size_t i = 0; i < banks.size(); ++i) {
+      neighbours.emplace_back(test_feed ? at::cat({val[i], test[i]}) : val[i], k_max);
+    }
+    // The train bank is kept for head.pt where the tier holds the train split anyway.
+    const bool keep = tier != FeedTier::kStream;
+    std::vector<std::vector<at::Tensor>> bank(banks.size());
+    std::vector<at::Tensor> bank_labels;
+    train_feed->start(false, 0);
+    while (auto batch = train_feed->next()) {
+      for (std::size_t i = 0; i < banks.size(); ++i) {
+        const at::Tensor t = l2_normalize(banks[i].heads.pooled_features(bank_inputs(banks[i], *batch)));
+        neighbours[i].add(t, batch->targets);
+        if (keep) bank[i].push_back(t);
+      }
+      if (keep) bank_labels.push_back(batch->targets);
+    }
+    for (std::size_t i = 0; i < banks.size() && keep; ++i) knn_banks_.push_back(at::cat(bank[i]));
+    if (keep) knn_labels_ = at::cat(bank_labels);
+    if (!keep) {
+      warnings_.push_back("no head.pt: a k-NN head holds the train split, which did not fit the memory budget and was "
+                          "streamed; raise --host-memory-budget to export it");
+    }
+    const std::int64_t n_val = y_val.size(0);
+    for (auto& c : combos) {
+      const at::Tensor scores = neighbours[c.bank].scores(c.k, data.num_outputs(), options.knn_temperature);
+      MetricAccumulator v(task, data.num_outputs(), data.ignore_index(), 1);
+      v.add(scores.narrow(0, 0, n_val).unsqueeze(0), y_val);
+      c.best_epoch = 1;
+      c.best_value = v.primary(0);
+      c.best_val = v.result(0);
+      if (test_feed) {
+        MetricAccumulator t(task, data.num_outputs(), data.ignore_index(), 1);
+        t.add(scores.narrow(0, n_val, y_test.size(0)).unsqueeze(0), y_test);
+        c.test = t.result(0);
+        if (options.bootstrap > 0) c.test_ci = t.bootstrap(0, options.bootstrap, options.seed);
+      }
+      nlohmann::json scalars = nlohmann::json::object();
+      for (const auto& [key, value] : c.best_val.items()) {
+        if (value.is_number() || value.is_null()) scalars[key] = value;
+      }
+      history.push_back({{"epoch", 1}, {"combination", c.id}, {"head", "knn"}, {"levels", c.head.levels_text()},
+                         {"lr_base", 0.0}, {"weight_decay", 0.0}, {"k", c.k}, {"train_loss", 0.0},
+                         {"seconds", seconds_since(t0)}, {"val", scalars}});
+    }
+    train_seconds = seconds_since(t0);
+    samples_trained = data.train().size();
+    epochs_run = 1;
+  }
+
+  // Writes combination c's head.pt (valid while the trainer lives).
+  std::function<void(const std::string&)> head_saver(const Combination& c) const {
+    if (c.head.type == HeadType::kKnn) {
+      if (knn_banks_.empty()) return {};  // streamed: no head.pt (vote_knn warned)
+      const at::Tensor& features = knn_banks_[c.bank];
+      const at::Tensor& labels = knn_labels_;
+      const std::int64_t k = c.k, classes = data_->num_outputs();
+      const double temperature = options.knn_temperature;
+      return [&features, &labels, k, classes, temperature](const std::string& path) {
+        save_knn_head(path, features, labels, k, classes, temperature);
+      };
+    }
+    const HeadBank& bank = banks[c.bank].heads;
+    const std::int64_t member = c.member;
+    return [&bank, member](const std::string& path) { bank.save_member(member, path); };
+  }
+
   void test() {
     ProbeData& data = *data_;
     // Best states back in, test for every combination, the best one picked by validation.
@@ -546,17 +672,7 @@ class Trainer {
       throw InputError(divergence(combos.front()) + (combos.size() > 1 ? ", and every other combination diverged too" : "") +
                        "; lower the learning rate (or check the features for NaN)");
     }
-    // Shown once training has a result (an error is one line): with --quiet too, like the data's.
-    for (const auto& warning : warnings_) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
-    best = 0;
-    for (std::size_t i = 0; i < combos.size(); ++i) {
-      const double v = combos[i].best_value, b = combos[best].best_value;
-      if (std::isnan(b) || (std::isfinite(v) && (higher ? v > b : v < b))) best = i;
-    }
-    if (std::isnan(combos[best].best_value)) {
-      throw InputError("no combination produced a finite validation " + primary + "; check the labels of split '" +
-                       data.val().name + "'");
-    }
+    choose_best();
     if (test_feed) {
       auto test = evaluate(banks, *test_feed, data);
       for (auto& c : combos) {
@@ -568,10 +684,27 @@ class Trainer {
     }
   }
 
+  // The combination with the best validation metric (warnings shown first, once training has a
+  // result: an error is one line; with --quiet too, like the data's).
+  void choose_best() {
+    const ProbeData& data = *data_;
+    for (const auto& warning : warnings_) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
+    best = 0;
+    for (std::size_t i = 0; i < combos.size(); ++i) {
+      const double v = combos[i].best_value, b = combos[best].best_value;
+      if (std::isnan(b) || (std::isfinite(v) && (higher ? v > b : v < b))) best = i;
+    }
+    if (std::isnan(combos[best].best_value)) {
+      throw InputError("no combination produced a finite validation " + primary + "; check the labels of split '" +
+                       data.val().name + "'");
+    }
+  }
+
   CombinationResult result_of(const Combination& c) const {
     CombinationResult r{c.id, head_name(c.head.type), c.head.levels, c.lr, c.weight_decay, c.best_epoch, c.diverged_epoch,
                         c.best_value, c.best_val, c.test, c.test_ci};
     r.C = c.C;
+    r.k = c.k;
     return r;
   }
 
@@ -634,6 +767,7 @@ class Trainer {
       outcome.lr = c.lr;
       outcome.weight_decay = c.weight_decay;
       outcome.C = c.C;
+      outcome.k = c.k;
       outcome.best_epoch = c.best_epoch;
       outcome.diverged_epoch = c.diverged_epoch;
       outcome.val = metrics["combinations"][i]["val"];
@@ -645,9 +779,7 @@ class Trainer {
       for (const auto& row : history) {
         if (row["combination"] == c.id) outcome.history.push_back(row);
       }
-      const HeadBank& bank = banks[c.bank].heads;
-      const std::int64_t member = c.member;
-      outcome.save_head = [&bank, member](const std::string& path) { bank.save_member(member, path); };
+      outcome.save_head = head_saver(c);
       hooks.on_combination(outcome);
     }
   }
@@ -656,9 +788,7 @@ class Trainer {
     std::vector<CombinationResult> results;
     for (const auto& c : combos) results.push_back(result_of(c));
     const nlohmann::json metrics = metrics_json(run_facts(), results, best);
-    const Combination& winner = combos[best];
-    const HeadBank& bank = banks[winner.bank].heads;
-    write_run_dir(options.out, metrics, [&](const std::string& path) { bank.save_member(winner.member, path); });
+    write_run_dir(options.out, metrics, head_saver(combos[best]));
     report_combinations(metrics, results);
     return {metrics, run_summary_line(metrics, results[best], epochs_run, train_seconds, options.out)};
   }
@@ -672,6 +802,8 @@ class Trainer {
   const c10::Device device;
   std::unique_ptr<ProbeData> data_;
   ClassWeights class_weights_;  // from the train split (--class-weights)
+  std::vector<at::Tensor> knn_banks_;  // knn: the train split's normalised features per bank (unless streamed)
+  at::Tensor knn_labels_;
   at::Tensor loss_weights;      // class_weights_.weights on the device; undefined: none
   // The grid.
   std::vector<Combination> combos;

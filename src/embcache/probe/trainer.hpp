@@ -25,6 +25,7 @@ struct CombinationOutcome {
   std::string levels_requested;     // the level set as written in --levels ("2", "1+2")
   double lr = 0, weight_decay = 0;
   double C = 0;                        // logreg
+  std::int64_t k = 0;                  // knn
   std::int64_t best_epoch = 0;         // 0: no result (diverged before its first finite epoch)
   std::int64_t diverged_epoch = 0;     // the epoch its loss stopped being finite (0: never)
   nlohmann::json val, test, test_ci95;  // metrics at the best epoch; test_ci95 with --bootstrap
