@@ -24,13 +24,15 @@ LogregFit fit_logreg(const at::Tensor& z, const at::Tensor& y, std::int64_t clas
   const at::Tensor weights = class_weights.defined() ? class_weights.to(options) : at::Tensor();
   const double penalty = 1.0 / (2.0 * c * double(n));
   // Full batch, so one step runs L-BFGS to convergence (or max_iter); strong-Wolfe line search
-  // as scipy's L-BFGS-B, which scikit-learn calls, and its stopping rule at scikit-learn's default
-  // tol: the largest gradient component at most 1e-4 (both objectives are scaled per row).
+  // as scipy's L-BFGS-B, which scikit-learn calls. It stops when the largest gradient component
+  // is at most 1e-6 (both objectives are scaled per row): at scikit-learn's default 1e-4 a
+  // warm-started fit at large C barely moved from the previous C's solution, and test accuracy
+  // on 1280-d features was 0.56 points off scikit-learn's fit from zeros; at 1e-6 it is equal.
   torch::optim::LBFGS solver({w, b}, torch::optim::LBFGSOptions(1.0)
                                          .max_iter(1000)
                                          .max_eval(1250)
                                          .history_size(20)
-                                         .tolerance_grad(1e-4)
+                                         .tolerance_grad(1e-6)
                                          .tolerance_change(1e-10)
                                          .line_search_fn("strong_wolfe"));
   LogregFit fit;

@@ -196,6 +196,22 @@ void preflight_probe(const ProbePlan& plan) {
 
 namespace {
 
+// k-NN votes and logreg fits are large matrix products: every core for them unless --threads
+// says otherwise (LibTorch's default is one thread per physical core, under which the epochs of
+// small heads run fastest, and k-NN ran twice as slow on a 2-vCPU machine). Restored after.
+class EveryCore {
+ public:
+  explicit EveryCore(int threads_option) : before_(at::get_num_threads()) {
+    if (threads_option == 0) at::set_num_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+  }
+  ~EveryCore() { at::set_num_threads(before_); }
+  EveryCore(const EveryCore&) = delete;
+  EveryCore& operator=(const EveryCore&) = delete;
+
+ private:
+  int before_;
+};
+
 // One train-probe run, step by step: options, the grid of banks, the data tier, standardisation,
 // training with validation, test, outputs. Each step reads what the previous ones set.
 class Trainer {
@@ -482,6 +498,7 @@ class Trainer {
   void fit_logregs() {
     ProbeData& data = *data_;
     const auto t0 = Clock::now();
+    const EveryCore cores(options.threads);
     std::vector<std::vector<at::Tensor>> parts(banks.size());
     std::vector<at::Tensor> targets;
     {
@@ -574,15 +591,7 @@ class Trainer {
     c10::NoGradGuard no_grad;
     ProbeData& data = *data_;
     const auto t0 = Clock::now();
-    // The vote is one large matrix product: every core for it unless --threads says otherwise
-    // (LibTorch's default here is one thread per physical core; the epochs of small heads run
-    // faster so, k-NN twice as slow on a 2-vCPU machine).
-    const int threads_before = at::get_num_threads();
-    if (options.threads == 0) at::set_num_threads(int(std::max(1u, std::thread::hardware_concurrency())));
-    struct RestoreThreads {
-      int n;
-      ~RestoreThreads() { at::set_num_threads(n); }
-    } restore{threads_before};
+    const EveryCore cores(options.threads);
     higher = higher_is_better(task);
     primary = primary_metric(task);
     std::int64_t k_max = 0;
