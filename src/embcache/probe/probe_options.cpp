@@ -13,7 +13,7 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("out", "Run directory: metrics.json, history.csv, head.pt", &O::out).required = true;
     t.last().in_json = false;
     t.add("task", "classification, multilabel, segmentation, regression or pixel-regression", &O::task).required = true;
-    t.add("head", "linear, mlp, conv, fpn, unet, pixel-shuffle, upernet; comma list = grid", &O::head).shape = S::kList;
+    t.add("head", "linear, mlp, conv, fpn, unet, pixel-shuffle, upernet, logreg (L-BFGS) or knn; comma list = grid", &O::head).shape = S::kList;
     t.last().grid = true;
     t.add("levels", "Level name or index; comma list = grid; '+' joins levels of one head (1+2+3)", &O::levels).required = true;
     t.last().shape = S::kLevelSets;
