@@ -126,6 +126,16 @@ def upernet(args) -> int:
     return 0 if err < 1e-5 else 1
 
 
+def pooled_levels(f, levels, dtype):
+    """The levels of a cache read as embcache's pooled heads read them: each pooled over H x W
+    (the mean computed in `dtype`), concatenated."""
+    parts = []
+    for level in levels:
+        x = f[f"levels/{level}"].astype("f4")[:].astype(dtype)
+        parts.append(x.mean(axis=(2, 3)) if x.ndim == 4 else x)
+    return np.concatenate(parts, 1)
+
+
 def sklearn_logreg(args) -> int:
     """Each C of a logreg run against scikit-learn's LogisticRegression(lbfgs) on the same
     features: each level pooled over H x W, standardised with the train split's mean and
@@ -137,11 +147,7 @@ def sklearn_logreg(args) -> int:
     with h5py.File(args.cache, "r") as f:
         split = f["index/split"].asstr()[:]
         y = f["labels/class"][:]
-        parts = []
-        for level in m["best"]["levels"]:
-            x = f[f"levels/{level}"].astype("f4")[:].astype(np.float64)
-            parts.append(x.mean(axis=(2, 3)) if x.ndim == 4 else x)
-    x = np.concatenate(parts, 1)
+        x = pooled_levels(f, m["best"]["levels"], np.float64)
     tr, te = split == m["splits"]["train"]["name"], split == m["splits"]["test"]["name"]
     std = x[tr].std(0)
     z = (x - x[tr].mean(0)) / np.where(std > 1e-6, std, 1)
@@ -170,11 +176,8 @@ def knn(args) -> int:
     with h5py.File(args.cache, "r") as f:
         split = f["index/split"].asstr()[:]
         y = torch.from_numpy(f["labels/class"][:])
-        parts = []
-        for level in m["best"]["levels"]:
-            x = torch.from_numpy(f[f"levels/{level}"].astype("f4")[:])
-            parts.append(x.mean(dim=(2, 3)) if x.dim() == 4 else x)
-    z = F.normalize(torch.cat(parts, 1), dim=1)
+        x = torch.from_numpy(pooled_levels(f, m["best"]["levels"], np.float32))
+    z = F.normalize(x, dim=1)
     tr = torch.from_numpy(split == m["splits"]["train"]["name"])
     te = torch.from_numpy(split == m["splits"]["test"]["name"])
     sim = z[te] @ z[tr].T

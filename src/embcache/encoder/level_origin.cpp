@@ -16,6 +16,10 @@ const char* level_source_name(LevelSource source) {
   return "?";
 }
 
+LevelSource default_level_source(std::size_t row_rank, std::int64_t time_steps) {
+  return row_rank == (time_steps > 0 ? 2u : 1u) ? LevelSource::kVector : LevelSource::kMap;
+}
+
 LevelSource parse_level_source(const std::string& text) {
   for (LevelSource s : {LevelSource::kMap, LevelSource::kVector, LevelSource::kPatchTokens, LevelSource::kClassToken,
                         LevelSource::kPrefixToken, LevelSource::kChannelsLast}) {

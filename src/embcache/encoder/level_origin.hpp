@@ -2,6 +2,7 @@
 // prefix tokens, a channels-last map; and its time axis. Stored as level attributes.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -10,6 +11,9 @@ namespace embcache {
 // What a stored level came from (the level attributes `source`, `source_output`, ...).
 enum class LevelSource { kMap, kVector, kPatchTokens, kClassToken, kPrefixToken, kChannelsLast };
 const char* level_source_name(LevelSource source);
+// What a level without a `source` (format 1 files, older commit records) is: a vector when its
+// row has one axis (two with a time axis), else a map.
+LevelSource default_level_source(std::size_t row_rank, std::int64_t time_steps);
 LevelSource parse_level_source(const std::string& text);  // InputError on unknown names
 
 struct LevelOrigin {

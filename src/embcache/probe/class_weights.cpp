@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <stdexcept>
 
 #include "embcache/core/error.hpp"
 #include "embcache/probe/probe_data.hpp"
@@ -98,8 +99,7 @@ ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode) {
     cw.counts = mask_counts(data);
     rows = cw.counts.sum().item<double>();
   } else {
-    throw UsageError(OptionName{"class-weights"}, std::string("applies to classification, multilabel and segmentation; --task ") +
-                     task_name(task) + " has no classes (use --class-weights none)");
+    throw std::logic_error("train_class_weights: plan_probe refuses --class-weights for a task without classes");
   }
   cw.weights = weights_from_counts(mode, cw.counts, rows, multilabel);
   return cw;

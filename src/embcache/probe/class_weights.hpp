@@ -30,8 +30,8 @@ struct ClassWeights {
 // Multilabel: the weight of label c's positives, neg_c / pos_c (balanced) or its square root.
 at::Tensor weights_from_counts(ClassWeightMode mode, const at::Tensor& counts, double rows, bool multilabel);
 
-// Counts the training split of `data` and derives the weights. UsageError for a task without
-// classes (regression, pixel regression).
+// Counts the training split of `data` and derives the weights (plan_probe has refused tasks
+// without classes).
 ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode);
 
 }  // namespace embcache

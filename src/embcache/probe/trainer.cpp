@@ -499,26 +499,19 @@ class Trainer {
     ProbeData& data = *data_;
     const auto t0 = Clock::now();
     const EveryCore cores(options.threads);
-    std::vector<std::vector<at::Tensor>> parts(banks.size());
-    std::vector<at::Tensor> targets;
+    at::Tensor y;
+    std::vector<at::Tensor> features;
     {
       c10::NoGradGuard no_grad;
-      train_feed->start(false, 0);
-      while (auto batch = train_feed->next()) {
-        for (std::size_t i = 0; i < banks.size(); ++i) {
-          parts[i].push_back(banks[i].heads.pooled_features(bank_inputs(banks[i], *batch)).to(at::kDouble));
-        }
-        targets.push_back(batch->targets);
-      }
+      features = pooled_split(*train_feed, &y, false);
     }
-    const at::Tensor y = at::cat(targets);
     history = nlohmann::json::array();
     higher = higher_is_better(task);
     primary = primary_metric(task);
     std::vector<std::vector<LogregFit>> fits(banks.size());
     for (std::size_t i = 0; i < banks.size(); ++i) {
-      const at::Tensor z = at::cat(parts[i]);
-      parts[i].clear();
+      const at::Tensor z = features[i].to(at::kDouble);
+      features[i] = at::Tensor();
       std::vector<std::int64_t> order(std::size_t(banks[i].heads.members()));
       std::iota(order.begin(), order.end(), 0);
       std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
@@ -567,14 +560,16 @@ class Trainer {
 
   bool knn() const { return plan.grid.front().head == HeadType::kKnn; }
 
-  // The pooled, L2-normalised features of one split per bank, and its targets, in row order.
-  std::vector<at::Tensor> knn_features(FeatureFeed& feed, at::Tensor* targets) {
+  // One split's pooled features per bank, as the bank's first layer reads them (L2-normalised
+  // when `normalize`), and its targets, in row order: what logreg fits and k-NN queries with.
+  std::vector<at::Tensor> pooled_split(FeatureFeed& feed, at::Tensor* targets, bool normalize) {
     std::vector<std::vector<at::Tensor>> parts(banks.size());
     std::vector<at::Tensor> ys;
     feed.start(false, 0);
     while (auto batch = feed.next()) {
       for (std::size_t i = 0; i < banks.size(); ++i) {
-        parts[i].push_back(l2_normalize(banks[i].heads.pooled_features(bank_inputs(banks[i], *batch))));
+        const at::Tensor z = banks[i].heads.pooled_features(bank_inputs(banks[i], *batch));
+        parts[i].push_back(normalize ? l2_normalize(z) : z);
       }
       ys.push_back(batch->targets);
     }
@@ -601,9 +596,9 @@ class Trainer {
                        "', " + std::to_string(data.train().size()) + " rows); use a smaller --k");
     }
     at::Tensor y_val, y_test;
-    const std::vector<at::Tensor> val = knn_features(*val_feed, &y_val);
+    const std::vector<at::Tensor> val = pooled_split(*val_feed, &y_val, true);
     std::vector<at::Tensor> test;
-    if (test_feed) test = knn_features(*test_feed, &y_test);
+    if (test_feed) test = pooled_split(*test_feed, &y_test, true);
     std::vector<KnnNeighbours> neighbours;
     for (std::size_t i = 0; i < banks.size(); ++i) {
       neighbours.emplace_back(test_feed ? at::cat({val[i], test[i]}) : val[i], k_max);

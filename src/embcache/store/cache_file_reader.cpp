@@ -31,8 +31,7 @@ LevelOrigin read_origin(hid_t ds, const LevelSpec& spec, const std::string& wher
   LevelOrigin origin;
   origin.output = h5::read_attr_string(ds, "source_output").value_or(spec.name);
   origin.time_steps = h5::read_attr_int(ds, "time_steps").value_or(0);
-  const std::size_t vector_rank = origin.time_steps > 0 ? 2 : 1;
-  origin.source = spec.row_shape.size() == vector_rank ? LevelSource::kVector : LevelSource::kMap;
+  origin.source = default_level_source(spec.row_shape.size(), origin.time_steps);
   if (const auto source = h5::read_attr_string(ds, "source")) {
     try {
       origin.source = parse_level_source(*source);

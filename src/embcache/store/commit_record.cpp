@@ -48,7 +48,7 @@ LevelSpec level_from_json(const nlohmann::json& l) {
   LevelOrigin& o = spec.origin;
   o.output = l.value("source_output", spec.name);
   o.time_steps = l.value("time_steps", std::int64_t(0));
-  o.source = spec.row_shape.size() == (o.time_steps > 0 ? 2u : 1u) ? LevelSource::kVector : LevelSource::kMap;
+  o.source = default_level_source(spec.row_shape.size(), o.time_steps);
   if (l.contains("source")) o.source = parse_level_source(l.at("source").get<std::string>());
   o.patch_size = l.value("patch_size", std::int64_t(0));
   o.prefix_tokens = l.value("prefix_tokens", std::int64_t(0));
