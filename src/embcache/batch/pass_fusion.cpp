@@ -13,7 +13,7 @@ namespace {
 
 std::string shared_key(const ProbeRun& run) {
   nlohmann::json j = probe_options_to_json(run.options);
-  for (const char* k : {"lr", "weight_decay", "C", "head", "levels", "out"}) j.erase(k);
+  for (const char* k : {"lr", "weight_decay", "C", "k", "train_fraction", "seed", "head", "levels", "out"}) j.erase(k);
   return run.group + "\n" + j.dump();
 }
 
@@ -24,12 +24,15 @@ std::size_t count_distinct(const std::vector<T>& values) {
   return std::set<T>(values.begin(), values.end()).size();
 }
 
-// A pass of exactly these runs, when their (head, levels, lr, wd, C) form a full grid (logreg
-// runs differ in C, whose path a pass fits with warm starts; the others have C 0).
+// A pass of exactly these runs, when their (head, levels, lr, wd, C, k, fraction, seed) form a
+// full grid (logreg runs differ in C, whose path a pass fits with warm starts; knn runs in k,
+// which one top-k pass serves; the others have C and k 0).
 std::optional<Pass> full_grid_pass(const Study& study, const std::vector<std::size_t>& group) {
   std::vector<std::string> heads, levels;
-  std::vector<double> lrs, wds, cs;
-  std::set<std::tuple<std::string, std::string, double, double, double>> combos;
+  std::vector<double> lrs, wds, cs, fractions;
+  std::vector<std::int64_t> ks;
+  std::vector<std::uint64_t> seeds;
+  std::set<std::tuple<std::string, std::string, double, double, double, std::int64_t, double, std::uint64_t>> combos;
   for (auto r : group) {
     const ProbeCombination& c = combination_of(study.runs[r]);
     heads.push_back(head_name(c.head));
@@ -37,10 +40,13 @@ std::optional<Pass> full_grid_pass(const Study& study, const std::vector<std::si
     lrs.push_back(c.lr);
     wds.push_back(c.weight_decay);
     cs.push_back(c.C);
-    combos.insert({heads.back(), levels.back(), c.lr, c.weight_decay, c.C});
+    ks.push_back(c.k);
+    fractions.push_back(c.train_fraction);
+    seeds.push_back(c.seed);
+    combos.insert({heads.back(), levels.back(), c.lr, c.weight_decay, c.C, c.k, c.train_fraction, c.seed});
   }
   const std::size_t grid = count_distinct(heads) * count_distinct(levels) * count_distinct(lrs) * count_distinct(wds) *
-                           count_distinct(cs);
+                           count_distinct(cs) * count_distinct(ks) * count_distinct(fractions) * count_distinct(seeds);
   if (combos.size() != group.size() || grid != group.size()) return std::nullopt;
   Pass pass;
   pass.runs = group;

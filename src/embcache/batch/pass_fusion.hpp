@@ -1,6 +1,6 @@
 // How `embcache run` fuses probe runs into train-probe passes: runs that share every option but
-// head, levels, lr and weight decay train together when those form a full grid (docs/run.md,
-// "Fusion"); the rest go by (head, levels), else alone.
+// head, levels, lr, weight decay, C, k, train fraction and seed train together when those form a
+// full grid (docs/run.md, "Fusion"); the rest go by (head, levels), else alone.
 #pragma once
 
 #include <cstddef>
@@ -11,8 +11,8 @@
 
 namespace embcache {
 
-// Runs trained together in one train-probe pass: they share everything but head, levels, lr and
-// weight decay, and those form a full grid (so the pass trains exactly these runs). The pass's
+// Runs trained together in one train-probe pass: they share everything but the grid fields
+// above, and those form a full grid (so the pass trains exactly these runs). The pass's
 // grid lists the runs' combinations in `runs` order: outcome i belongs to runs[i].
 struct Pass {
   std::vector<std::size_t> runs;  // indices into Study::runs

@@ -12,7 +12,8 @@
 namespace embcache {
 namespace {
 
-const char* kFixed[] = {"name", "id", "group", "cache", "task", "head", "levels", "lr", "weight_decay"};
+const char* kFixed[] = {"name", "id", "group", "cache", "task", "head", "levels", "lr", "weight_decay",
+                        "C", "k", "train_fraction", "train_rows", "seed"};
 
 std::string csv_cell(const nlohmann::json& v) {
   std::string s;
@@ -38,7 +39,15 @@ nlohmann::json scalars(const nlohmann::json& metrics) {
 std::vector<nlohmann::json> finished_rows(const Study& study, const RunLedger& ledger) {
   std::vector<nlohmann::json> rows;
   for (const auto& run : study.runs) {
-    if (ledger.finished(run.id)) rows.push_back(ledger.row(run.id));
+    if (!ledger.finished(run.id)) continue;
+    nlohmann::json row = ledger.row(run.id);
+    // Rows from before these columns: the run's own options say what they were.
+    const ProbeCombination& c = run.plan.grid.front();
+    if (!row.contains("seed")) row["seed"] = c.seed;
+    if (!row.contains("train_fraction")) row["train_fraction"] = c.train_fraction;
+    if (!row.contains("C") && c.head == HeadType::kLogreg) row["C"] = c.C;
+    if (!row.contains("k") && c.head == HeadType::kKnn) row["k"] = c.k;
+    rows.push_back(row);
   }
   return rows;
 }
@@ -67,6 +76,9 @@ nlohmann::json result_row(const ProbeRun& run, const nlohmann::json& m) {
   row["levels"] = run.options.levels;
   row["lr"] = m["best"]["lr"];
   row["weight_decay"] = m["best"]["weight_decay"];
+  for (const char* k : {"C", "k", "train_fraction", "train_rows", "seed"}) {
+    if (m["best"].contains(k)) row[k] = m["best"][k];
+  }
   row["varying"] = run.varying;
   row["primary_metric"] = m["primary_metric"];
   row["higher_is_better"] = m["primary_metric"] != "rmse";
@@ -111,7 +123,7 @@ void write_results(const Study& study, const RunLedger& ledger) {
   for (const auto& k : test_metrics) csv << "test_" << k << ",";
   csv << "seconds,samples_per_second,fused_runs,run_dir\n";
   for (const auto& row : rows) {
-    for (const char* k : kFixed) csv << csv_cell(row[k]) << ",";
+    for (const char* k : kFixed) csv << csv_cell(row.value(k, nlohmann::json(nullptr))) << ",";
     for (const auto& k : varying) csv << csv_cell(row["varying"].value(k, nlohmann::json(nullptr))) << ",";
     csv << csv_cell(row["best_epoch"]) << ",";
     if (diverged) csv << csv_cell(row.value("diverged_epoch", nlohmann::json(nullptr))) << ",";

@@ -592,9 +592,21 @@ class StudyParser {
   }
 
   // One probe entry: its grid axes, then one ProbeRun per point of the grid.
-  void parse_probe(const std::string& where, const Json& raw) {
-    const std::string group = check_name(raw, where);
-    const Json e = merged(defaults_probe, raw);
+  // "seeds": [0, 1, 2] is "seed": [0, 1, 2] (a run per seed; the results summarise over them).
+  Json seeds_as_seed(const std::string& where, const Json& entry) {
+    Json e = entry;
+    if (!e.is_object() || !e.contains("seeds")) return e;
+    if (e.contains("seed")) problems_.add(where + ".seeds", "give \"seed\" or \"seeds\", not both");
+    else if (!e["seeds"].is_array()) problems_.add(where + ".seeds", "expected a list of seeds, e.g. [0, 1, 2]");
+    else e["seed"] = e["seeds"];
+    e.erase("seeds");
+    return e;
+  }
+
+  void parse_probe(const std::string& where, const Json& raw_entry) {
+    const std::string group = check_name(raw_entry, where);
+    const Json raw = seeds_as_seed(where, raw_entry);
+    const Json e = merged(seeds_as_seed("defaults.probe", defaults_probe), raw);
     const std::size_t problems_before = problems_.lines.size();
     const std::vector<std::string> zip = zip_keys(where, e);
     if (!e.contains("cache")) problems_.add(where + ".cache", "missing; name a precompute entry or a cache file");

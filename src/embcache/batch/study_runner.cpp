@@ -66,7 +66,11 @@ nlohmann::json run_metrics(const nlohmann::json& pass, const ProbeRun& run, cons
   nlohmann::json j = pass;
   j["options"] = probe_options_to_json(run.options);
   j["best"] = {{"combination", c.id}, {"head", c.head}, {"levels", c.levels}, {"lr", c.lr},
-               {"weight_decay", c.weight_decay}, {"epoch", c.best_epoch}};
+               {"weight_decay", c.weight_decay}, {"epoch", c.best_epoch}, {"train_fraction", c.train_fraction},
+               {"train_rows", c.train_rows}, {"seed", c.seed}};
+  if (c.head == "logreg") j["best"]["C"] = c.C;
+  if (c.head == "knn") j["best"]["k"] = c.k;
+  j.erase("over_seeds");  // the pass's summary over seeds: the study's results table makes its own
   j["val"] = c.val;
   j["test"] = c.test;
   j.erase("test_ci95");

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <vector>
 #include <stdexcept>
 
 #include "embcache/core/error.hpp"
@@ -11,13 +12,24 @@
 namespace embcache {
 namespace {
 
-// Labelled pixels per class over the training split's masks, read a block of rows at a time.
-at::Tensor mask_counts(const ProbeData& data) {
+// Labelled pixels per class over the training split's masks (those at `positions` when given),
+// read a block of rows at a time.
+at::Tensor mask_counts(const ProbeData& data, const std::vector<std::int64_t>& positions) {
   const std::int64_t k = data.num_outputs();
   at::Tensor counts = at::zeros({k}, at::kDouble);
   constexpr std::int64_t kBlock = 1024;
+  std::vector<bool> keep;
+  if (!positions.empty()) {
+    keep.assign(std::size_t(data.train().size()), false);
+    for (auto p : positions) keep.at(std::size_t(p)) = true;
+  }
+  std::size_t position = 0;
   for (std::size_t c = 0; c < data.train().rows.size(); ++c) {
-    const auto& rows = data.train().rows[c];
+    std::vector<std::int64_t> rows;
+    for (auto r : data.train().rows[c]) {
+      if (keep.empty() || keep[position]) rows.push_back(r);
+      ++position;
+    }
     const CacheFileReader& cache = *data.caches()[c];
     for (std::size_t i = 0; i < rows.size();) {
       const std::int64_t start = rows[i];
@@ -84,19 +96,21 @@ at::Tensor weights_from_counts(ClassWeightMode mode, const at::Tensor& counts, d
   return at::where(present, w, at::zeros_like(w)).to(at::kFloat);
 }
 
-ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode) {
+ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode, const std::vector<std::int64_t>& positions) {
   ClassWeights cw;
   cw.mode = mode;
   if (mode == ClassWeightMode::kNone) return cw;
   const ProbeTask task = data.task();
   const bool multilabel = task == ProbeTask::kMultilabel;
-  double rows = double(data.train().size());
+  double rows = double(positions.empty() ? data.train().size() : std::int64_t(positions.size()));
+  at::Tensor targets = data.targets(0);
+  if (targets.defined() && !positions.empty()) targets = targets.index_select(0, at::tensor(positions, at::kLong));
   if (task == ProbeTask::kClassification) {
-    cw.counts = at::bincount(data.targets(0).to(at::kLong), {}, data.num_outputs()).to(at::kDouble);
+    cw.counts = at::bincount(targets.to(at::kLong), {}, data.num_outputs()).to(at::kDouble);
   } else if (multilabel) {
-    cw.counts = data.targets(0).to(at::kDouble).gt(0.5).to(at::kDouble).sum(0);
+    cw.counts = targets.to(at::kDouble).gt(0.5).to(at::kDouble).sum(0);
   } else if (task == ProbeTask::kSegmentation) {
-    cw.counts = mask_counts(data);
+    cw.counts = mask_counts(data, positions);
     rows = cw.counts.sum().item<double>();
   } else {
     throw std::logic_error("train_class_weights: plan_probe refuses --class-weights for a task without classes");

@@ -6,7 +6,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdint>
 #include <string>
+#include <vector>
 
 namespace embcache {
 
@@ -30,8 +32,8 @@ struct ClassWeights {
 // Multilabel: the weight of label c's positives, neg_c / pos_c (balanced) or its square root.
 at::Tensor weights_from_counts(ClassWeightMode mode, const at::Tensor& counts, double rows, bool multilabel);
 
-// Counts the training split of `data` and derives the weights (plan_probe has refused tasks
-// without classes).
-ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode);
+// Counts the training split of `data` (its rows at `positions`, a --train-fraction, when given)
+// and derives the weights (plan_probe has refused tasks without classes).
+ClassWeights train_class_weights(const ProbeData& data, ClassWeightMode mode, const std::vector<std::int64_t>& positions = {});
 
 }  // namespace embcache

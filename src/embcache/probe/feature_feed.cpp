@@ -190,7 +190,10 @@ struct FeatureFeed::Impl {
   c10::Device device;
   std::int64_t batch_size;
   std::int64_t buffer_rows = 0;
-  std::int64_t n = 0;
+  std::int64_t n = 0;          // rows a pass visits
+  std::int64_t split_rows = 0;  // rows of the split (held by the resident tiers)
+  at::Tensor subset;           // restrict_rows: the split-local rows a pass visits; undefined = all
+  std::vector<Span> all_blocks;  // stream tier: every block of the split
   std::vector<Part> resident;  // resident tiers: one per column
   at::Tensor targets;                // on the device
   std::vector<Span> blocks;          // stream tier: chunk-aligned blocks
@@ -215,14 +218,14 @@ struct FeatureFeed::Impl {
     const SplitRows& rows = split == 0 ? data.train() : split == 1 ? data.val() : data.test();
     const bool pin = on_cuda() && tier == FeedTier::kHost;
     for (const auto& column : columns) {
-      std::vector<std::int64_t> shape{n};
+      std::vector<std::int64_t> shape{split_rows};
       shape.insert(shape.end(), column.row_shape.begin(), column.row_shape.end());
       const auto dtype = column.level.empty() ? (column.pixel_values ? at::kFloat : at::kInt)
                          : column.pooled || column.temporal ? at::kFloat
                                                             : torch_type(data.caches().front()->storage().dtype);
       const auto options = at::TensorOptions().pinned_memory(pin);
       Part part{at::empty(shape, options.dtype(dtype)), at::Tensor()};
-      if (column.quantized) part.scales = at::empty({n, column.row_shape.at(0)}, options.dtype(at::kFloat));
+      if (column.quantized) part.scales = at::empty({split_rows, column.row_shape.at(0)}, options.dtype(at::kFloat));
       resident.push_back(std::move(part));
     }
     std::int64_t at_row = 0;
@@ -368,10 +371,10 @@ FeatureFeed::FeatureFeed(const ProbeData& data, int split, std::vector<FeedColum
                          c10::Device device, std::int64_t batch_size, std::int64_t stream_buffer_bytes)
     : impl_(std::make_unique<Impl>(data, split, std::move(columns), tier, device, batch_size)) {
   const SplitRows& rows = split == 0 ? data.train() : split == 1 ? data.val() : data.test();
-  impl_->n = rows.size();
+  impl_->n = impl_->split_rows = rows.size();
   if (data.targets(split).defined()) impl_->targets = data.targets(split).to(device);
   if (tier == FeedTier::kStream) {
-    impl_->blocks = make_spans(data, rows, 1);
+    impl_->blocks = impl_->all_blocks = make_spans(data, rows, 1);
     std::int64_t raw_bytes = 0;
     for (const auto& c : impl_->columns) raw_bytes += stored_row_bytes(data, c);
     impl_->buffer_rows = std::max<std::int64_t>(batch_size, stream_buffer_bytes / std::max<std::int64_t>(1, raw_bytes));
@@ -385,6 +388,32 @@ FeatureFeed::~FeatureFeed() { impl_->finish_pass(); }
 std::int64_t FeatureFeed::rows() const { return impl_->n; }
 std::int64_t FeatureFeed::batches_per_epoch() const { return (impl_->n + impl_->batch_size - 1) / impl_->batch_size; }
 const FeedStats& FeatureFeed::stats() const { return impl_->stats; }
+
+void FeatureFeed::restrict_rows(const std::vector<std::int64_t>& rows) {
+  Impl& m = *impl_;
+  m.finish_pass();
+  if (rows.empty() || std::int64_t(rows.size()) == m.split_rows) {
+    m.subset = at::Tensor();
+    m.n = m.split_rows;
+    m.blocks = m.all_blocks;
+    return;
+  }
+  m.subset = at::tensor(rows, at::kLong);
+  m.n = std::int64_t(rows.size());
+  if (m.tier != FeedTier::kStream) return;
+  std::vector<bool> keep(std::size_t(m.split_rows), false);
+  for (auto r : rows) keep.at(std::size_t(r)) = true;
+  m.blocks.clear();
+  for (const Span& span : m.all_blocks) {
+    Span kept{span.cache, span.start, span.count, {}, {}};
+    for (std::size_t i = 0; i < span.ids.size(); ++i) {
+      if (!keep[std::size_t(span.ids[i])]) continue;
+      kept.offsets.push_back(span.offsets[i]);
+      kept.ids.push_back(span.ids[i]);
+    }
+    if (!kept.ids.empty()) m.blocks.push_back(std::move(kept));
+  }
+}
 
 void FeatureFeed::start(bool shuffle, std::uint64_t seed) {
   Impl& m = *impl_;
@@ -400,6 +429,7 @@ void FeatureFeed::start(bool shuffle, std::uint64_t seed) {
   } else {
     m.order = at::arange(m.n, at::kLong);
   }
+  if (m.subset.defined()) m.order = m.subset.index_select(0, m.order);
   if (m.tier == FeedTier::kGpu) m.order_device = m.order.to(m.device);
   if (m.tier == FeedTier::kHost) m.run_producer([&m] { m.produce_host(); });
 }

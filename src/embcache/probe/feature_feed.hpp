@@ -60,8 +60,11 @@ class FeatureFeed {
   FeatureFeed(const FeatureFeed&) = delete;
   FeatureFeed& operator=(const FeatureFeed&) = delete;
 
-  std::int64_t rows() const;
+  std::int64_t rows() const;  // the rows a pass visits (all of the split, or those of restrict_rows)
   std::int64_t batches_per_epoch() const;
+  // Later passes visit only these split-local rows (ascending, e.g. a --train-fraction); an
+  // empty list: every row again. Resident tiers keep what they hold; the stream reads fewer blocks.
+  void restrict_rows(const std::vector<std::int64_t>& rows);
   // Starts one pass: in a seeded random order, or in row order when `shuffle` is false.
   void start(bool shuffle, std::uint64_t seed);
   // The next batch of the pass; nullopt at its end. Rethrows a reader thread's error.

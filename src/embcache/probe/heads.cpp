@@ -448,25 +448,44 @@ struct HeadBank::Impl {
 };
 
 HeadBank::HeadBank(const HeadConfig& config, std::int64_t members, std::uint64_t seed, c10::Device device)
-    : impl_(std::make_unique<Impl>(config, members, seed, device)) {
+    : HeadBank(config, std::vector<std::uint64_t>(std::size_t(members), seed), seed, device) {}
+
+HeadBank::HeadBank(const HeadConfig& config, const std::vector<std::uint64_t>& member_seeds, std::uint64_t pass_seed,
+                   c10::Device device)
+    : impl_(std::make_unique<Impl>(config, std::int64_t(member_seeds.size()), pass_seed, device)) {
   config.validate();
+  const std::int64_t members = std::int64_t(member_seeds.size());
   if (members > 1 && !config.bankable()) throw std::logic_error("HeadBank: this head type holds one member");
   SourceWriter writer(config);
   impl_->source = writer.write();
   impl_->defs = writer.params;
-  // Every member starts from the same draw: what a lone head with this seed would get.
-  at::Generator gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  // Each member starts from the draw a lone head with its seed would get; members that share a
+  // seed share one draw.
+  std::vector<std::uint64_t> seeds;
+  std::vector<at::Generator> gens;
+  std::vector<std::size_t> draw_of;
+  for (auto s : member_seeds) {
+    const auto found = std::find(seeds.begin(), seeds.end(), s);
+    draw_of.push_back(std::size_t(found - seeds.begin()));
+    if (found != seeds.end()) continue;
+    seeds.push_back(s);
+    gens.push_back(at::make_generator<at::CPUGeneratorImpl>(s));
+  }
   for (const auto& def : impl_->defs) {
-    at::Tensor one = at::empty(def.shape, at::kFloat);
-    if (def.fan_in > 0) {
-      const double bound = 1.0 / std::sqrt(double(def.fan_in));
-      one.uniform_(-bound, bound, gen);
-    } else {
-      one.fill_(def.fill);
+    std::vector<at::Tensor> draws;
+    for (auto& gen : gens) {
+      at::Tensor one = at::empty(def.shape, at::kFloat);
+      if (def.fan_in > 0) {
+        const double bound = 1.0 / std::sqrt(double(def.fan_in));
+        one.uniform_(-bound, bound, gen);
+      } else {
+        one.fill_(def.fill);
+      }
+      draws.push_back(one);
     }
-    std::vector<std::int64_t> reps(def.shape.size() + 1, 1);
-    reps[0] = members;
-    impl_->params.push_back(one.unsqueeze(0).repeat(reps).to(device).set_requires_grad(true));
+    std::vector<at::Tensor> stacked;
+    for (auto d : draw_of) stacked.push_back(draws[d]);
+    impl_->params.push_back(at::stack(stacked).to(device).set_requires_grad(true));
   }
   std::vector<at::Tensor> mean, std;
   for (const auto& shape : config.level_shapes) {

@@ -52,6 +52,10 @@ class HeadBank {
  public:
   // `members` heads, each initialised exactly as a lone head with `seed` would be.
   HeadBank(const HeadConfig& config, std::int64_t members, std::uint64_t seed, c10::Device device);
+  // Member g initialised as a lone head with member_seeds[g] would be; dropout masks (shared by
+  // the members) drawn from `pass_seed`.
+  HeadBank(const HeadConfig& config, const std::vector<std::uint64_t>& member_seeds, std::uint64_t pass_seed,
+           c10::Device device);
   ~HeadBank();
   HeadBank(HeadBank&&) noexcept;
 

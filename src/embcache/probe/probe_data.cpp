@@ -112,7 +112,7 @@ void check_caches_for_task(const std::vector<std::unique_ptr<CacheFileReader>>& 
 
 ProbeData::~ProbeData() = default;
 
-ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) {
+ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_keys) : task_(task) {
   if (options.caches.empty()) throw UsageError(OptionName{"cache"}, "at least one cache is needed");
   for (const auto& path : options.caches) {
     caches_.push_back(std::make_unique<CacheFileReader>(path));
@@ -162,7 +162,7 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
       const std::vector<std::string> split_names = column(cache_paths::kSplit);
       std::vector<std::string> groups, windows;
       std::vector<std::int64_t> bounds;
-      if (options.val_fraction > 0 || several) {
+      if (options.val_fraction > 0 || several || window_keys) {
         groups = column(cache_paths::kGroup);
         windows = column(cache_paths::kWindow);
       }
@@ -190,6 +190,7 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task) : task_(task) 
             splits_[1].rows[c].push_back(r);
           } else {
             splits_[s].rows[c].push_back(r);
+            if (s == 0 && window_keys) train_windows_.push_back(window_hash(groups[i], windows[i]));
           }
           break;
         }
@@ -338,6 +339,18 @@ const LevelSpec& find_level(const CacheFileReader& cache, const std::string& nam
   std::string names;
   for (const auto& l : cache.levels()) names += (names.empty() ? "" : ", ") + l.name + " " + l.shape_text();
   throw UsageError(OptionName{"levels"}, "level '" + name_or_index + "' is not in " + cache.path() + "; its levels are: " + names);
+}
+
+TrainRowKeys ProbeData::train_row_keys() const {
+  if (train_windows_.size() != std::size_t(train().size())) throw std::logic_error("ProbeData: built without window keys");
+  TrainRowKeys keys;
+  keys.window = train_windows_;
+  if (task_ == ProbeTask::kClassification) {
+    const at::Tensor labels = targets_[0].contiguous();
+    keys.label.assign(labels.data_ptr<std::int64_t>(), labels.data_ptr<std::int64_t>() + labels.numel());
+    keys.class_names = caches_.front()->label_kinds().class_names;
+  }
+  return keys;
 }
 
 const LevelSpec& ProbeData::level(const std::string& name_or_index) const {

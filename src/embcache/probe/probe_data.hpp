@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "embcache/probe/probe_options.hpp"
+#include "embcache/probe/train_fraction.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 
 namespace embcache {
@@ -36,8 +37,9 @@ struct SplitRows {
 class ProbeData {
  public:
   // Opens the caches, checks that their signatures agree and that they carry the labels `task`
-  // needs, selects the splits and loads the (small) image-level targets.
-  ProbeData(const ProbeOptions& options, ProbeTask task);
+  // needs, selects the splits and loads the (small) image-level targets. `window_keys`: also
+  // keep a hash of each train row's window (for train_row_keys).
+  ProbeData(const ProbeOptions& options, ProbeTask task, bool window_keys = false);
   ~ProbeData();
 
   ProbeTask task() const { return task_; }
@@ -55,6 +57,10 @@ class ProbeData {
   // [n] or [n, K]); undefined for dense tasks, whose targets are the masks.
   const at::Tensor& targets(int split) const { return targets_[split]; }
 
+  // What --train-fraction draws its subsets from (built with window_keys): each train row's
+  // window, and its class for classification.
+  TrainRowKeys train_row_keys() const;
+
   std::int64_t num_outputs() const { return num_outputs_; }  // classes, or regression width
   std::int64_t ignore_index() const { return ignore_index_; }
   std::vector<std::int64_t> mask_shape() const { return mask_shape_; }  // {h, w} for dense tasks
@@ -70,6 +76,7 @@ class ProbeData {
   ProbeTask task_;
   std::vector<std::unique_ptr<CacheFileReader>> caches_;
   SplitRows splits_[3];
+  std::vector<std::uint64_t> train_windows_;  // with window_keys: per train row, in split order
   std::vector<std::string> warnings_;
   at::Tensor targets_[3];
   std::int64_t num_outputs_ = 0;

@@ -45,6 +45,16 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("schedule", "cosine, constant or step", &O::schedule);
     t.add("warmup-epochs", "Linear warm-up (fractions allowed)", &O::warmup_epochs);
     t.add("seed", "Seed of initialisation, shuffling and dropout", &O::seed);
+    t.add("seeds", "Train every combination once per seed (comma list) and report mean, std, IQM and a bootstrap "
+          "interval over them; the best combination has the best mean val metric", &O::seeds).shape = S::kList;
+    t.last().numeric = t.last().identity_when_set = true;
+    t.last().in_json = false;  // a study lists seeds as "seed" (or "seeds"): one run per seed
+    t.last().show_default = false;
+    t.add("seed-mode", "--seeds: full (each seed its own batch order and dropout, exactly a lone run per seed) or init "
+          "(seeds differ in initialisation only, and share one pass)", &O::seed_mode).identity_when_set = true;
+    t.add("train-fraction", "Train on nested subsets of the train split (whole windows, stratified by class); comma "
+          "list = grid, e.g. 0.01,0.1,1", &O::train_fraction).shape = S::kList;
+    t.last().grid = t.last().numeric = t.last().identity_when_set = true;
     t.add("patience", "Stop a head after this many epochs without a better val metric (0 = off)", &O::patience);
     t.add("label-smoothing", "Cross-entropy label smoothing", &O::label_smoothing);
     t.add("standardize", "Per-channel standardisation from train: auto (linear, mlp, pixel-shuffle), on, off", &O::standardize);

@@ -26,7 +26,7 @@ struct ProbeOptions {
   std::string class_weights = "none";  // none | balanced | inverse-sqrt
   std::string C = "auto";              // logreg: inverse regularisation strengths (comma list = grid)
   std::string k = "20";                // knn: neighbours (comma list = grid)
-  double knn_temperature = 0.07;       // knn: the vote's exp(similarity / T)  // mean | max | last: time axes reduced before any head
+  double knn_temperature = 0.07;       // knn: the vote's exp(similarity / T)
   std::string optimizer = "adamw";
   std::string lr = "1e-3";          // comma list: grid
   std::string weight_decay = "0";   // comma list: grid
@@ -35,6 +35,9 @@ struct ProbeOptions {
   std::string schedule = "cosine";  // cosine | constant | step
   double warmup_epochs = 0.0;
   std::uint64_t seed = 0;
+  std::string seeds = "";           // comma list: every combination once per seed, summarised over them
+  std::string seed_mode = "full";   // full | init
+  std::string train_fraction = "1";  // comma list = grid: nested subsets of the train split
   std::int64_t patience = 0;        // 0 = no early stopping
   double label_smoothing = 0.0;
   std::string standardize = "auto";  // auto (linear, mlp, pixel-shuffle) | on | off

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <set>
 
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
@@ -111,9 +112,10 @@ void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
   else if (o.standardize != "auto") throw UsageError(OptionName{"standardize"}, "expected auto, on or off, got \"" + o.standardize + "\"");
 }
 
-// --head x --levels x --lr x --weight-decay, each list free of repeats and each head able to
-// read each level set.
-void plan_grid(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>& lrs, const std::vector<double>& decays) {
+// --head x --levels x --lr x --weight-decay (or x --C, x --k), each list free of repeats and each
+// head able to read each level set: the points before fractions and seeds.
+// --head x --levels x --lr x --weight-decay (or x --C, x --k): the points before fractions and seeds.
+void plan_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>& lrs, const std::vector<double>& decays) {
   const auto level_sets = parse_level_sets(o.levels);
   refuse_repeats(level_sets, {"levels"}, level_set_text);
   for (const auto& set : level_sets) {
@@ -169,6 +171,44 @@ void plan_grid(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>
   }
 }
 
+// Each point once per --train-fraction and per seed (--seeds, else --seed), seeds innermost.
+void plan_fractions_and_seeds(const ProbeOptions& o, ProbePlan& plan) {
+  const std::vector<double> fractions = parse_double_list(o.train_fraction, {"train-fraction"});
+  for (double f : fractions) {
+    if (!(f > 0 && f <= 1)) throw UsageError(OptionName{"train-fraction"}, "expected fractions in (0, 1], got " + format_number(f));
+  }
+  refuse_repeats(fractions, {"train-fraction"}, format_number);
+  std::vector<std::uint64_t> seeds{o.seed};
+  if (!o.seeds.empty()) {
+    if (o.seed != 0) throw UsageError(OptionName{"seeds"}, "give --seed or --seeds, not both");
+    seeds.clear();
+    for (auto s : parse_int_list(o.seeds, {"seeds"})) {
+      if (s < 0) throw UsageError(OptionName{"seeds"}, "seeds are 0 or more");
+      seeds.push_back(std::uint64_t(s));
+    }
+    refuse_repeats(seeds, {"seeds"}, [](std::uint64_t s) { return "seed " + std::to_string(s); });
+  }
+  if (o.seed_mode == "init") plan.seed_mode = SeedMode::kInit;
+  else if (o.seed_mode != "full") throw UsageError(OptionName{"seed-mode"}, "expected full or init, got \"" + o.seed_mode + "\"");
+  const HeadType head = plan.grid.front().head;
+  if (seeds.size() > 1 && (head == HeadType::kKnn || head == HeadType::kLogreg)) {
+    throw UsageError(OptionName{"seeds"}, std::string(head_name(head)) + " does not depend on the seed (no random "
+                     "initialisation or batch order); give one seed");
+  }
+  std::vector<ProbeCombination> grid;
+  for (const auto& point : plan.grid) {
+    for (double f : fractions) {
+      for (auto seed : seeds) {
+        ProbeCombination c = point;
+        c.train_fraction = f;
+        c.seed = seed;
+        grid.push_back(c);
+      }
+    }
+  }
+  plan.grid = std::move(grid);
+}
+
 template <typename Text>
 std::string distinct_text(const std::vector<ProbeCombination>& grid, Text text) {
   std::vector<std::string> seen;
@@ -210,7 +250,8 @@ ProbePlan plan_probe(const ProbeOptions& options) {
   if (!options.hidden.empty()) plan.hidden = parse_int_list(options.hidden, {"hidden"});
   plan_placement(options, plan);
   plan_inputs_and_loss(options, plan);
-  plan_grid(options, plan, lrs, decays);
+  plan_points(options, plan, lrs, decays);
+  plan_fractions_and_seeds(options, plan);
   return plan;
 }
 
@@ -225,6 +266,11 @@ std::string grid_lrs_text(const std::vector<ProbeCombination>& grid) {
 }
 std::string grid_weight_decays_text(const std::vector<ProbeCombination>& grid) {
   return distinct_text(grid, [](const ProbeCombination& c) { return exact_number_text(c.weight_decay); });
+}
+std::size_t grid_seed_count(const std::vector<ProbeCombination>& grid) {
+  std::set<std::uint64_t> seeds;
+  for (const auto& c : grid) seeds.insert(c.seed);
+  return seeds.size();
 }
 
 }  // namespace embcache

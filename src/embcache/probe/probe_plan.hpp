@@ -20,18 +20,23 @@
 namespace embcache {
 
 // One point of a grid: a head over a level set, with a learning rate and a weight decay (logreg:
-// with a C).
+// with a C; knn: with a k), trained on a fraction of the train split from a seed.
 struct ProbeCombination {
   HeadType head = HeadType::kLinear;
   std::vector<std::string> levels;  // level names or indices as written; one head reads them all
   double lr = 1e-3, weight_decay = 0;
   double C = 0;  // logreg only (lr and weight decay are 0 there)
   std::int64_t k = 0;  // knn only (lr and weight decay are 0 there)
+  double train_fraction = 1;
+  std::uint64_t seed = 0;
   std::string levels_text() const;  // "2" or "1+2", as --levels writes the set
 };
 
 enum class TierRequest { kAuto, kGpu, kHost, kStream };
 enum class StandardizeMode { kAuto, kOn, kOff };
+// --seed-mode: each seed a lone run (its own batch order and dropout), or seeds that differ in
+// initialisation only and share the first seed's pass.
+enum class SeedMode { kFull, kInit };
 
 struct ProbePlan {
   // As given. Below the plan only its numbers, paths and split names are read; its list and
@@ -48,6 +53,7 @@ struct ProbePlan {
   StandardizeMode standardize = StandardizeMode::kAuto;
   TemporalPool temporal_pool = TemporalPool::kMean;
   ClassWeightMode class_weights = ClassWeightMode::kNone;
+  SeedMode seed_mode = SeedMode::kFull;
 
   // Whether heads of `type` get per-channel standardisation (auto: linear, mlp, pixel-shuffle).
   bool standardizes(HeadType type) const;
@@ -55,7 +61,8 @@ struct ProbePlan {
 
 // Every check that needs no cache (names, ranges, head/task/levels combinations, values listed
 // twice); UsageError with one line naming the option. The grid is the cartesian product of
-// --head, --levels, --lr and --weight-decay, in that order.
+// --head, --levels, --lr and --weight-decay (logreg: --C; knn: --k), --train-fraction and
+// --seeds, in that order.
 ProbePlan plan_probe(const ProbeOptions& options);
 
 // The distinct values of one grid field, as a person writes them: "linear,mlp", "0.001,0.01".
@@ -63,5 +70,7 @@ std::string grid_heads_text(const std::vector<ProbeCombination>& grid);
 std::string grid_levels_text(const std::vector<ProbeCombination>& grid);
 std::string grid_lrs_text(const std::vector<ProbeCombination>& grid);
 std::string grid_weight_decays_text(const std::vector<ProbeCombination>& grid);
+// How many distinct seeds the grid trains from (more than one: results are summarised over seeds).
+std::size_t grid_seed_count(const std::vector<ProbeCombination>& grid);
 
 }  // namespace embcache

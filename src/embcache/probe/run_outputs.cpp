@@ -1,18 +1,63 @@
 #include "embcache/probe/run_outputs.hpp"
 
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <iomanip>
+#include <map>
+#include <set>
 #include <sstream>
 
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
 #include "embcache/core/parse.hpp"
+#include "embcache/probe/seed_statistics.hpp"
 
 namespace embcache {
 namespace {
 
 nlohmann::json or_empty(const nlohmann::json& j) { return j.is_null() ? nlohmann::json::object() : j; }
+
+// Per point (a combination without its seed) with more than one seed: each metric summarised
+// over the seeds, in the order the points first appear.
+nlohmann::json over_seeds(const std::vector<CombinationResult>& results, const std::string& primary) {
+  std::vector<std::string> points;
+  std::map<std::string, std::vector<const CombinationResult*>> of;
+  for (const auto& r : results) {
+    if (!of.count(r.point)) points.push_back(r.point);
+    of[r.point].push_back(&r);
+  }
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& point : points) {
+    const auto& mine = of[point];
+    const CombinationResult& first = *mine.front();
+    nlohmann::json row = {{"combination", point}, {"head", first.head}, {"levels", first.levels}, {"lr", first.lr},
+                          {"weight_decay", first.weight_decay}, {"train_fraction", first.train_fraction},
+                          {"train_rows", first.train_rows}};
+    if (first.head == "logreg") row["C"] = first.C;
+    if (first.head == "knn") row["k"] = first.k;
+    std::vector<std::uint64_t> seeds;
+    std::vector<double> val;
+    std::map<std::string, std::vector<double>> test;
+    std::vector<std::string> test_keys;
+    for (const auto* r : mine) {
+      seeds.push_back(r->seed);
+      val.push_back(r->best_epoch > 0 ? r->best_value : NAN);
+      if (!r->test.is_object()) continue;
+      for (const auto& [k, v] : r->test.items()) {
+        if (!v.is_number()) continue;
+        if (!test.count(k)) test_keys.push_back(k);
+        test[k].push_back(v.get<double>());
+      }
+    }
+    row["seeds"] = seeds;
+    row["val"] = {{primary, summarize_seeds(val).to_json()}};
+    row["test"] = nlohmann::json::object();
+    for (const auto& k : test_keys) row["test"][k] = summarize_seeds(test[k]).to_json();
+    out.push_back(row);
+  }
+  return out;
+}
 
 }  // namespace
 
@@ -31,6 +76,9 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
                {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
   if (winner.head == "logreg") j["best"]["C"] = winner.C;
   if (winner.head == "knn") j["best"]["k"] = winner.k;
+  j["best"]["train_fraction"] = winner.train_fraction;
+  j["best"]["train_rows"] = winner.train_rows;
+  j["best"]["seed"] = winner.seed;
   j["val"] = winner.val;
   j["test"] = or_empty(winner.test);
   if (!winner.test_ci95.is_null()) j["test_ci95"] = winner.test_ci95;
@@ -43,9 +91,20 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
     if (c.diverged_epoch > 0) row["diverged_epoch"] = c.diverged_epoch;
     if (c.head == "logreg") row["C"] = c.C;
     if (c.head == "knn") row["k"] = c.k;
+    row["train_fraction"] = c.train_fraction;
+    row["train_rows"] = c.train_rows;
+    row["seed"] = c.seed;
     grid.push_back(row);
   }
   j["combinations"] = grid;
+  std::set<std::uint64_t> seeds;
+  for (const auto& c : results) seeds.insert(c.seed);
+  if (seeds.size() > 1) {
+    j["over_seeds"] = over_seeds(results, facts.primary_metric);
+    for (const auto& row : j["over_seeds"]) {
+      if (row["combination"] == winner.point) j["best"]["over_seeds"] = {{"val", row["val"]}, {"test", row["test"]}};
+    }
+  }
   j["history"] = facts.history;
   j["timing"] = facts.timing;
   j["data"] = facts.data;

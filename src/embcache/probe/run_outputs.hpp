@@ -23,6 +23,10 @@ struct CombinationResult {
   nlohmann::json val, test, test_ci95;  // null when there are none
   double C = 0;                     // logreg
   std::int64_t k = 0;               // knn
+  std::string point;                // the id without the seed: results of one point are summarised over seeds
+  std::uint64_t seed = 0;
+  double train_fraction = 1;
+  std::int64_t train_rows = 0;      // rows of the fraction trained on
 };
 
 // The rest of what metrics.json says about a run.

@@ -45,6 +45,10 @@ struct Combination {
   double lr = 0, weight_decay = 0;
   double C = 0;  // logreg
   std::int64_t k = 0;  // knn
+  double train_fraction = 1;
+  std::uint64_t seed = 0;
+  std::string point;   // the id without the seed: what is summarised over seeds
+  std::size_t group = 0;  // its TrainGroup
   std::size_t bank = 0;
   std::int64_t member = 0;
   // Training state.
@@ -62,6 +66,24 @@ struct Combination {
 std::string divergence(const Combination& c) {
   return "training diverged: the loss of " + c.id + " is not finite in epoch " + std::to_string(c.diverged_epoch);
 }
+
+// One --train-fraction of the train split: its rows and what is computed from them.
+struct FractionRows {
+  double fraction = 1;
+  std::vector<std::int64_t> rows;  // train-split positions; empty: every row
+  std::int64_t train_rows = 0;
+  ClassWeights class_weights;
+  at::Tensor loss_weights;  // class_weights on the device; undefined: none
+};
+
+// Banks that share one pass over the train rows per epoch: one fraction in one batch order
+// (--seed-mode full: a group per seed, as a lone run; init: one group for every seed).
+struct TrainGroup {
+  std::size_t fraction = 0;  // into the trainer's fractions
+  std::uint64_t seed = 0;    // of the batch order and the dropout masks
+  std::vector<std::size_t> banks;
+  std::int64_t steps_per_epoch = 0, total_steps = 0, warmup_steps = 0, step = 0;
+};
 
 struct Bank {
   HeadBank heads;
@@ -247,11 +269,44 @@ class Trainer {
     if (plan.grid.empty()) throw std::logic_error("train-probe: a plan without combinations");
     if (options.threads > 0) at::set_num_threads(options.threads);
 
-    data_ = std::make_unique<ProbeData>(options, task);
+    const bool fractions = std::any_of(plan.grid.begin(), plan.grid.end(), [](const ProbeCombination& c) { return c.train_fraction != 1; });
+    data_ = std::make_unique<ProbeData>(options, task, fractions);
     // Not progress: shown with --quiet too (studies run their passes quietly).
     for (const auto& warning : data_->warnings()) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
-    class_weights_ = train_class_weights(*data_, plan.class_weights);
-    if (class_weights_.weights.defined()) loss_weights = class_weights_.weights.to(device);
+  }
+
+  // The fractions of the grid and its train groups; group_of[i] is combination i's group.
+  std::vector<std::size_t> build_groups() {
+    std::vector<std::size_t> group_of;
+    std::map<std::pair<std::size_t, std::uint64_t>, std::size_t> index;
+    const std::uint64_t pass_seed = plan.grid.front().seed;  // --seed-mode init: the first seed's order
+    for (const auto& c : plan.grid) {
+      std::size_t f = 0;
+      while (f < fractions_.size() && fractions_[f].fraction != c.train_fraction) ++f;
+      if (f == fractions_.size()) fractions_.push_back(fraction_rows_of(c.train_fraction));
+      const std::uint64_t seed = plan.seed_mode == SeedMode::kInit ? pass_seed : c.seed;
+      const auto [it, fresh] = index.try_emplace({f, seed}, groups_.size());
+      if (fresh) groups_.push_back(TrainGroup{f, seed, {}});
+      group_of.push_back(it->second);
+    }
+    return group_of;
+  }
+
+  FractionRows fraction_rows_of(double fraction) const {
+    FractionRows f;
+    f.fraction = fraction;
+    if (fraction != 1) f.rows = fraction_rows(data_->train_row_keys(), fraction);
+    f.train_rows = fraction == 1 ? data_->train().size() : std::int64_t(f.rows.size());
+    f.class_weights = train_class_weights(*data_, plan.class_weights, f.rows);
+    if (f.class_weights.weights.defined()) f.loss_weights = f.class_weights.weights.to(device);
+    return f;
+  }
+
+  // Later passes of the train feed visit fraction f's rows.
+  void use_fraction(std::size_t f) {
+    if (current_fraction_ == f) return;
+    train_feed->restrict_rows(fractions_[f].rows);
+    current_fraction_ = f;
   }
 
   // One head configuration per distinct (head, level set) of the grid, in the grid's order.
@@ -280,39 +335,58 @@ class Trainer {
     return configs;
   }
 
-  // The grid, grouped into banks: the combinations of one bankable configuration share a bank;
-  // the others get one each. Combination i is plan.grid[i].
+  // The grid, grouped into banks: the combinations of one bankable configuration in one train
+  // group share a bank; the others get one each. Combination i is plan.grid[i].
   void build_grid() {
     std::vector<std::size_t> config_of;
     const std::vector<HeadConfig> configs = configure_grid(config_of);
-    std::vector<std::int64_t> members(configs.size(), 0);
-    for (std::size_t k : config_of) ++members[k];
-    constexpr std::size_t kNoBank = std::numeric_limits<std::size_t>::max();
-    std::vector<std::size_t> bank_of(configs.size(), kNoBank);  // a bankable configuration's bank
+    const std::vector<std::size_t> group_of = build_groups();
+    std::map<std::pair<std::size_t, std::size_t>, std::size_t> shared;  // (config, group) -> bank
+    std::vector<std::vector<std::uint64_t>> member_seeds;
+    std::vector<std::size_t> bank_config, bank_of;
     for (std::size_t i = 0; i < plan.grid.size(); ++i) {
-      const HeadConfig& config = configs[config_of[i]];
-      const bool shared = config.bankable();
-      if (!shared || bank_of[config_of[i]] == kNoBank) {
-        Bank bank{HeadBank(config, shared ? members[config_of[i]] : 1, options.seed, device), {}, {}, nullptr};
-        for (const auto& name : config.levels) bank.inputs.push_back(column_of.at(name));
-        banks.push_back(std::move(bank));
-        if (shared) bank_of[config_of[i]] = banks.size() - 1;
+      const std::size_t k = config_of[i], g = group_of[i];
+      const auto found = configs[k].bankable() ? shared.find({k, g}) : shared.end();
+      std::size_t b = found == shared.end() ? member_seeds.size() : found->second;
+      if (found == shared.end()) {
+        member_seeds.emplace_back();
+        bank_config.push_back(k);
+        groups_[g].banks.push_back(b);
+        if (configs[k].bankable()) shared[{k, g}] = b;
       }
-      const std::size_t b = shared ? bank_of[config_of[i]] : banks.size() - 1;
+      member_seeds[b].push_back(plan.grid[i].seed);
+      bank_of.push_back(b);
+    }
+    for (std::size_t b = 0; b < member_seeds.size(); ++b) {
+      const HeadConfig& config = configs[bank_config[b]];
+      Bank bank{HeadBank(config, member_seeds[b], groups_[group_of_bank(b)].seed, device), {}, {}, nullptr};
+      for (const auto& name : config.levels) bank.inputs.push_back(column_of.at(name));
+      banks.push_back(std::move(bank));
+    }
+    const bool seeds = grid_seed_count(plan.grid) > 1;
+    const bool fractions = fractions_.size() > 1 || fractions_.front().fraction != 1;
+    for (std::size_t i = 0; i < plan.grid.size(); ++i) {
+      const ProbeCombination& p = plan.grid[i];
+      const HeadConfig& config = configs[config_of[i]];
       Combination c;
       c.head = config;
-      c.levels_requested = plan.grid[i].levels_text();
-      c.lr = plan.grid[i].lr;
-      c.weight_decay = plan.grid[i].weight_decay;
-      c.bank = b;
-      c.member = std::int64_t(banks[b].combos.size());
-      c.C = plan.grid[i].C;
-      c.k = plan.grid[i].k;
-      c.id = std::string(head_name(config.type)) + " levels=" + config.levels_text() +
-             (config.type == HeadType::kLogreg ? " C=" + format_number(c.C)
-              : config.type == HeadType::kKnn  ? " k=" + std::to_string(c.k)
-                                               : " lr=" + format_number(c.lr) + " wd=" + format_number(c.weight_decay));
-      banks[b].combos.push_back(combos.size());
+      c.levels_requested = p.levels_text();
+      c.lr = p.lr;
+      c.weight_decay = p.weight_decay;
+      c.C = p.C;
+      c.k = p.k;
+      c.train_fraction = p.train_fraction;
+      c.seed = p.seed;
+      c.group = group_of[i];
+      c.bank = bank_of[i];
+      c.member = std::int64_t(banks[c.bank].combos.size());
+      c.point = std::string(head_name(config.type)) + " levels=" + config.levels_text() +
+                (config.type == HeadType::kLogreg ? " C=" + format_number(c.C)
+                 : config.type == HeadType::kKnn  ? " k=" + std::to_string(c.k)
+                                                  : " lr=" + format_number(c.lr) + " wd=" + format_number(c.weight_decay)) +
+                (fractions ? " fraction=" + format_number(c.train_fraction) : "");
+      c.id = c.point + (seeds ? " seed=" + std::to_string(c.seed) : "");
+      banks[c.bank].combos.push_back(combos.size());
       combos.push_back(std::move(c));
     }
     for (auto& bank : banks) {
@@ -324,6 +398,15 @@ class Trainer {
       bank.optimizer = std::make_unique<BankOptimizer>(plan.optimizer, bank.heads.parameters(), lr, wd);
     }
   }
+
+  std::size_t group_of_bank(std::size_t b) const {
+    for (std::size_t g = 0; g < groups_.size(); ++g) {
+      if (std::find(groups_[g].banks.begin(), groups_[g].banks.end(), b) != groups_[g].banks.end()) return g;
+    }
+    throw std::logic_error("train-probe: a bank outside every train group");
+  }
+
+  const FractionRows& fraction_of(const Combination& c) const { return fractions_[groups_[c.group].fraction]; }
 
   void choose_tier() {
     ProbeData& data = *data_;
@@ -357,180 +440,225 @@ class Trainer {
     load_seconds = seconds_since(t_load);
   }
 
+  // Per-channel statistics from the train rows each bank trains on (its fraction's).
   void standardize() {
-    // Standardisation statistics from the training split.
+    for (std::size_t f = 0; f < fractions_.size(); ++f) {
+      std::vector<std::size_t> mine;
+      for (const auto& group : groups_) {
+        if (group.fraction != f) continue;
+        for (auto b : group.banks) {
+          if (banks[b].heads.config().standardize) mine.push_back(b);
+        }
+      }
+      if (!mine.empty()) standardize_banks(f, mine);
+    }
+  }
+
+  void standardize_banks(std::size_t fraction, const std::vector<std::size_t>& mine) {
     std::map<std::string, ChannelStats> stats;  // key: level + "/pooled" or "/map"
-    bool need_stats = false;
-    for (const auto& bank : banks) need_stats = need_stats || bank.heads.config().standardize;
-    if (need_stats) {
-      train_feed->start(false, 0);
-      while (auto batch = train_feed->next()) {
-        std::set<std::string> added;  // a (level, view) read by several banks counts once
-        for (const auto& bank : banks) {
-          const HeadConfig& config = bank.heads.config();
-          if (!config.standardize) continue;
-          for (std::size_t i = 0; i < config.levels.size(); ++i) {
-            const at::Tensor& x = batch->columns[bank.inputs[i]];
-            const bool pooled = config.pooled_input();
-            const std::string key = config.levels[i] + (pooled ? "/pooled" : "/map");
-            if (!added.insert(key).second) continue;
-            stats[key].add(pooled && x.dim() == 4 ? x.mean({2, 3}) : x);
-          }
+    use_fraction(fraction);
+    train_feed->start(false, 0);
+    while (auto batch = train_feed->next()) {
+      std::set<std::string> added;  // a (level, view) read by several banks counts once
+      for (auto b : mine) {
+        const HeadConfig& config = banks[b].heads.config();
+        for (std::size_t i = 0; i < config.levels.size(); ++i) {
+          const at::Tensor& x = batch->columns[banks[b].inputs[i]];
+          const bool pooled = config.pooled_input();
+          const std::string key = config.levels[i] + (pooled ? "/pooled" : "/map");
+          if (!added.insert(key).second) continue;
+          stats[key].add(pooled && x.dim() == 4 ? x.mean({2, 3}) : x);
         }
       }
-      for (auto& bank : banks) {
-        const HeadConfig& config = bank.heads.config();
-        if (!config.standardize) continue;
-        std::vector<at::Tensor> mean, std;
-        for (const auto& level : config.levels) {
-          const auto [m, s] = stats.at(level + (config.pooled_input() ? "/pooled" : "/map")).mean_std();
-          mean.push_back(m);
-          std.push_back(s);
-        }
-        bank.heads.set_standardization(mean, std);
+    }
+    for (auto b : mine) {
+      const HeadConfig& config = banks[b].heads.config();
+      std::vector<at::Tensor> mean, std;
+      for (const auto& level : config.levels) {
+        const auto [m, s] = stats.at(level + (config.pooled_input() ? "/pooled" : "/map")).mean_std();
+        mean.push_back(m);
+        std.push_back(s);
       }
+      banks[b].heads.set_standardization(mean, std);
     }
   }
 
   void train() {
-    ProbeData& data = *data_;
-    // Training.
-    steps_per_epoch = train_feed->batches_per_epoch();
-    total_steps = steps_per_epoch * options.epochs;
-    warmup_steps = std::int64_t(std::llround(options.warmup_epochs * double(steps_per_epoch)));
     higher = higher_is_better(task);
     primary = primary_metric(task);
     history = nlohmann::json::array();
     wait_before_training = train_feed->stats().wait_seconds;  // the stats pass waits too
+    std::int64_t steps_per_epoch = 0;
+    for (auto& group : groups_) {
+      use_fraction(group.fraction);
+      group.steps_per_epoch = train_feed->batches_per_epoch();
+      group.total_steps = group.steps_per_epoch * options.epochs;
+      group.warmup_steps = std::int64_t(std::llround(options.warmup_epochs * double(group.steps_per_epoch)));
+      steps_per_epoch += group.steps_per_epoch;
+    }
     for (std::int64_t epoch = 1; epoch <= options.epochs; ++epoch) {
       const auto t_epoch = Clock::now();
       Progress progress("epoch " + std::to_string(epoch) + "/" + std::to_string(options.epochs), steps_per_epoch,
                         options.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
       std::vector<at::Tensor> loss_sum;
       for (const auto& bank : banks) loss_sum.push_back(at::zeros({bank.heads.members()}, at::TensorOptions().dtype(at::kDouble).device(device)));
-      std::int64_t seen = 0, done = 0;
-      train_feed->start(true, options.seed * 1000003ull + std::uint64_t(epoch));
-      while (auto batch = train_feed->next()) {
-        if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
-        const double factor = schedule_factor(plan.schedule, step, total_steps, warmup_steps);
-        const std::int64_t b = batch->ids.size(0);
-        for (std::size_t i = 0; i < banks.size(); ++i) {
-          Bank& bank = banks[i];
-          std::vector<bool> active;
-          bool any = false;
-          for (auto ci : bank.combos) {
-            active.push_back(combos[ci].active);
-            any = any || combos[ci].active;
-          }
-          if (!any) continue;
-          const at::Tensor out = bank.heads.forward(bank_inputs(bank, *batch), true);
-          const at::Tensor losses =
-              member_losses(task, out, *batch, data.ignore_index(), options.label_smoothing, loss_weights);
-          losses.sum().backward();
-          bank.optimizer->step(factor, active);
-          bank.optimizer->zero_grad();
-          loss_sum[i].add_(losses.detach().to(at::kDouble) * double(b));
-        }
-        seen += b;
-        ++step;
-        progress.update(++done);
+      std::vector<std::int64_t> seen(groups_.size(), 0);
+      std::int64_t done = 0;
+      for (std::size_t g = 0; g < groups_.size(); ++g) {
+        seen[g] = train_group(groups_[g], epoch, loss_sum, [&] { progress.update(++done); });
+        samples_trained += seen[g];
       }
       progress.finish();
       train_seconds += seconds_since(t_epoch);
-      samples_trained += seen;
       ++epochs_run;
 
       // Validation, early stopping, history.
-      auto val = evaluate(banks, *val_feed, data);
-      const double epoch_seconds = seconds_since(t_epoch);
-      bool any_active = false;
-      for (std::size_t i = 0; i < banks.size(); ++i) {
-        const at::Tensor mean_loss = (loss_sum[i] / double(seen)).cpu();
-        for (std::int64_t g = 0; g < banks[i].heads.members(); ++g) {
-          Combination& c = combos[banks[i].combos[g]];
-          if (!c.active) continue;
-          const double loss = mean_loss[g].item<double>();
-          if (!std::isfinite(loss)) {
-            // One diverging learning rate of a sweep must not cost the others: this combination
-            // stops, and keeps its best epoch before the divergence if it had one.
-            c.active = false;
-            c.diverged_epoch = epoch;
-            warnings_.push_back(divergence(c) + (c.best_state.empty() ? "; it has no result"
-                                                                      : "; its best epoch before that, " +
-                                                                            std::to_string(c.best_epoch) + ", stays a candidate") +
-                                "; lower its learning rate (or check the features for NaN)");
-            continue;
-          }
-          nlohmann::json metrics = val[i].result(g);
-          const double value = val[i].primary(g);
-          const bool better = std::isnan(c.best_value) || (higher ? value > c.best_value : value < c.best_value);
-          if (better && std::isfinite(value)) {
-            c.best_value = value;
-            c.best_epoch = epoch;
-            c.best_val = metrics;
-            c.best_state = banks[i].heads.member_state(g);
-            c.epochs_since_best = 0;
-          } else {
-            ++c.epochs_since_best;
-            if (options.patience > 0 && c.epochs_since_best >= options.patience) c.active = false;
-          }
-          any_active = any_active || c.active;
-          nlohmann::json row = {{"epoch", epoch}, {"combination", c.id}, {"head", head_name(c.head.type)},
-                                {"levels", c.head.levels_text()}, {"lr_base", c.lr}, {"weight_decay", c.weight_decay},
-                                {"train_loss", loss},
-                                {"lr", c.lr * schedule_factor(plan.schedule, std::max<std::int64_t>(0, step - 1), total_steps, warmup_steps)},
-                                {"seconds", epoch_seconds}};
-          nlohmann::json scalars = nlohmann::json::object();
-          for (const auto& [k, v] : metrics.items()) {
-            if (v.is_number() || v.is_null()) scalars[k] = v;
-          }
-          row["val"] = scalars;
-          history.push_back(row);
-        }
-      }
-      if (!any_active) break;
+      if (!validate_epoch(epoch, loss_sum, seen, t_epoch)) break;
     }
+  }
+
+  // Validation after an epoch: best states, early stopping, divergence and the history rows.
+  // Returns whether any combination is still training.
+  bool validate_epoch(std::int64_t epoch, const std::vector<at::Tensor>& loss_sum, const std::vector<std::int64_t>& seen,
+                      Clock::time_point t_epoch) {
+    const ProbeData& data = *data_;
+    auto val = evaluate(banks, *val_feed, data);
+    const double epoch_seconds = seconds_since(t_epoch);
+    bool any_active = false;
+    for (std::size_t i = 0; i < banks.size(); ++i) {
+      const std::size_t in_group = combos[banks[i].combos.front()].group;
+      const TrainGroup& group = groups_[in_group];
+      const at::Tensor mean_loss = (loss_sum[i] / double(std::max<std::int64_t>(1, seen[in_group]))).cpu();
+      for (std::int64_t g = 0; g < banks[i].heads.members(); ++g) {
+        Combination& c = combos[banks[i].combos[g]];
+        if (!c.active) continue;
+        const double loss = mean_loss[g].item<double>();
+        if (!std::isfinite(loss)) {
+          // One diverging learning rate of a sweep must not cost the others: this combination
+          // stops, and keeps its best epoch before the divergence if it had one.
+          c.active = false;
+          c.diverged_epoch = epoch;
+          warnings_.push_back(divergence(c) + (c.best_state.empty() ? "; it has no result"
+                                                                    : "; its best epoch before that, " +
+                                                                          std::to_string(c.best_epoch) + ", stays a candidate") +
+                              "; lower its learning rate (or check the features for NaN)");
+          continue;
+        }
+        nlohmann::json metrics = val[i].result(g);
+        const double value = val[i].primary(g);
+        const bool better = std::isnan(c.best_value) || (higher ? value > c.best_value : value < c.best_value);
+        if (better && std::isfinite(value)) {
+          c.best_value = value;
+          c.best_epoch = epoch;
+          c.best_val = metrics;
+          c.best_state = banks[i].heads.member_state(g);
+          c.epochs_since_best = 0;
+        } else {
+          ++c.epochs_since_best;
+          if (options.patience > 0 && c.epochs_since_best >= options.patience) c.active = false;
+        }
+        any_active = any_active || c.active;
+        nlohmann::json row = {{"epoch", epoch}, {"combination", c.id}, {"head", head_name(c.head.type)},
+                              {"levels", c.head.levels_text()}, {"lr_base", c.lr}, {"weight_decay", c.weight_decay},
+                              {"train_loss", loss},
+                              {"lr", c.lr * schedule_factor(plan.schedule, std::max<std::int64_t>(0, group.step - 1),
+                                                            group.total_steps, group.warmup_steps)},
+                              {"train_fraction", c.train_fraction}, {"seed", c.seed},
+                              {"seconds", epoch_seconds}};
+        nlohmann::json scalars = nlohmann::json::object();
+        for (const auto& [k, v] : metrics.items()) {
+          if (v.is_number() || v.is_null()) scalars[k] = v;
+        }
+        row["val"] = scalars;
+        history.push_back(row);
+      }
+    }
+    return any_active;
+  }
+
+  // One epoch of one train group: its fraction's rows in its seed's order, every active bank of
+  // the group a step per batch. Returns the rows seen; adds each bank's loss x rows to loss_sum.
+  template <typename Tick>
+  std::int64_t train_group(TrainGroup& group, std::int64_t epoch, std::vector<at::Tensor>& loss_sum, Tick tick) {
+    std::vector<std::size_t> live;
+    for (auto b : group.banks) {
+      if (std::any_of(banks[b].combos.begin(), banks[b].combos.end(), [&](std::size_t ci) { return combos[ci].active; })) live.push_back(b);
+    }
+    if (live.empty()) return 0;
+    const FractionRows& fraction = fractions_[group.fraction];
+    use_fraction(group.fraction);
+    std::int64_t seen = 0;
+    train_feed->start(true, group.seed * 1000003ull + std::uint64_t(epoch));
+    while (auto batch = train_feed->next()) {
+      if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
+      const double factor = schedule_factor(plan.schedule, group.step, group.total_steps, group.warmup_steps);
+      const std::int64_t b = batch->ids.size(0);
+      for (auto i : live) {
+        Bank& bank = banks[i];
+        std::vector<bool> active;
+        for (auto ci : bank.combos) active.push_back(combos[ci].active);
+        const at::Tensor out = bank.heads.forward(bank_inputs(bank, *batch), true);
+        const at::Tensor losses =
+            member_losses(task, out, *batch, data_->ignore_index(), options.label_smoothing, fraction.loss_weights);
+        losses.sum().backward();
+        bank.optimizer->step(factor, active);
+        bank.optimizer->zero_grad();
+        loss_sum[i].add_(losses.detach().to(at::kDouble) * double(b));
+      }
+      seen += b;
+      ++group.step;
+      tick();
+    }
+    return seen;
   }
 
   // --head logreg: the training split's pooled, standardised features once, then each bank's
   // members (one per C) fitted by L-BFGS in increasing C, each starting from the previous
   // solution; the fit counts as epoch 1.
   void fit_logregs() {
-    ProbeData& data = *data_;
     const auto t0 = Clock::now();
     const EveryCore cores(options.threads);
-    at::Tensor y;
-    std::vector<at::Tensor> features;
-    {
-      c10::NoGradGuard no_grad;
-      features = pooled_split(*train_feed, &y, false);
-    }
     history = nlohmann::json::array();
     higher = higher_is_better(task);
     primary = primary_metric(task);
     std::vector<std::vector<LogregFit>> fits(banks.size());
-    for (std::size_t i = 0; i < banks.size(); ++i) {
-      const at::Tensor z = features[i].to(at::kDouble);
-      features[i] = at::Tensor();
-      std::vector<std::int64_t> order(std::size_t(banks[i].heads.members()));
-      std::iota(order.begin(), order.end(), 0);
-      std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
-        return combos[banks[i].combos[std::size_t(a)]].C < combos[banks[i].combos[std::size_t(b)]].C;
-      });
-      fits[i].resize(order.size());
-      const LogregFit* previous = nullptr;
-      for (std::int64_t g : order) {
-        if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
-        LogregFit& fit = fits[i][std::size_t(g)];
-        fit = fit_logreg(z, y, data.num_outputs(), combos[banks[i].combos[std::size_t(g)]].C, loss_weights, previous);
-        banks[i].heads.load_member_state(g, {fit.weight.to(at::kFloat), fit.bias.to(at::kFloat)});
-        previous = &fit;
+    for (const auto& group : groups_) {
+      at::Tensor y;
+      std::vector<at::Tensor> features;
+      use_fraction(group.fraction);
+      {
+        c10::NoGradGuard no_grad;
+        features = pooled_split(*train_feed, &y, false, group.banks);
       }
+      for (std::size_t j = 0; j < group.banks.size(); ++j) {
+        const at::Tensor z = features[j].to(at::kDouble);
+        features[j] = at::Tensor();
+        fits[group.banks[j]] = fit_logreg_path(banks[group.banks[j]], z, y, fractions_[group.fraction].loss_weights);
+      }
+      samples_trained += y.size(0);
     }
     train_seconds = seconds_since(t0);
-    samples_trained = y.size(0);
     epochs_run = 1;
     record_fits(fits);
+  }
+
+  // One bank's members (one per C) fitted in increasing C, each from the previous solution.
+  std::vector<LogregFit> fit_logreg_path(Bank& bank, const at::Tensor& z, const at::Tensor& y, const at::Tensor& weights) {
+    std::vector<std::int64_t> order(std::size_t(bank.heads.members()));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](std::int64_t a, std::int64_t b) {
+      return combos[bank.combos[std::size_t(a)]].C < combos[bank.combos[std::size_t(b)]].C;
+    });
+    std::vector<LogregFit> fits(order.size());
+    const LogregFit* previous = nullptr;
+    for (std::int64_t g : order) {
+      if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
+      LogregFit& fit = fits[std::size_t(g)];
+      fit = fit_logreg(z, y, data_->num_outputs(), combos[bank.combos[std::size_t(g)]].C, weights, previous);
+      bank.heads.load_member_state(g, {fit.weight.to(at::kFloat), fit.bias.to(at::kFloat)});
+      previous = &fit;
+    }
+    return fits;
   }
 
   // Validation of the fitted members, as one epoch: every C is a result row.
@@ -546,7 +674,7 @@ class Trainer {
         c.best_state = banks[i].heads.member_state(g);
         nlohmann::json row = {{"epoch", 1}, {"combination", c.id}, {"head", head_name(c.head.type)},
                               {"levels", c.head.levels_text()}, {"lr_base", 0.0}, {"weight_decay", 0.0}, {"C", c.C},
-                              {"train_loss", fit.loss},
+                              {"train_loss", fit.loss}, {"train_fraction", c.train_fraction}, {"seed", c.seed},
                               {"evaluations", fit.evaluations}, {"seconds", train_seconds}};
         nlohmann::json scalars = nlohmann::json::object();
         for (const auto& [k, v] : c.best_val.items()) {
@@ -562,14 +690,18 @@ class Trainer {
 
   // One split's pooled features per bank, as the bank's first layer reads them (L2-normalised
   // when `normalize`), and its targets, in row order: what logreg fits and k-NN queries with.
-  std::vector<at::Tensor> pooled_split(FeatureFeed& feed, at::Tensor* targets, bool normalize) {
-    std::vector<std::vector<at::Tensor>> parts(banks.size());
+  // `of`: those banks, in that order (default: every bank).
+  std::vector<at::Tensor> pooled_split(FeatureFeed& feed, at::Tensor* targets, bool normalize, std::vector<std::size_t> of = {}) {
+    if (of.empty()) {
+      for (std::size_t i = 0; i < banks.size(); ++i) of.push_back(i);
+    }
+    std::vector<std::vector<at::Tensor>> parts(of.size());
     std::vector<at::Tensor> ys;
     feed.start(false, 0);
     while (auto batch = feed.next()) {
-      for (std::size_t i = 0; i < banks.size(); ++i) {
-        const at::Tensor z = banks[i].heads.pooled_features(bank_inputs(banks[i], *batch));
-        parts[i].push_back(normalize ? l2_normalize(z) : z);
+      for (std::size_t j = 0; j < of.size(); ++j) {
+        const at::Tensor z = banks[of[j]].heads.pooled_features(bank_inputs(banks[of[j]], *batch));
+        parts[j].push_back(normalize ? l2_normalize(z) : z);
       }
       ys.push_back(batch->targets);
     }
@@ -589,35 +721,38 @@ class Trainer {
     const EveryCore cores(options.threads);
     higher = higher_is_better(task);
     primary = primary_metric(task);
-    std::int64_t k_max = 0;
-    for (const auto& c : combos) k_max = std::max(k_max, c.k);
-    if (k_max > data.train().size()) {
-      throw UsageError(OptionName{"k"}, std::to_string(k_max) + " is larger than the train split ('" + data.train().name +
-                       "', " + std::to_string(data.train().size()) + " rows); use a smaller --k");
-    }
     at::Tensor y_val, y_test;
     const std::vector<at::Tensor> val = pooled_split(*val_feed, &y_val, true);
     std::vector<at::Tensor> test;
     if (test_feed) test = pooled_split(*test_feed, &y_test, true);
     std::vector<KnnNeighbours> neighbours;
     for (std::size_t i = 0; i < banks.size(); ++i) {
-      neighbours.emplace_back(test_feed ? at::cat({val[i], test[i]}) : val[i], k_max);
+      neighbours.emplace_back(test_feed ? at::cat({val[i], test[i]}) : val[i], knn_k_max(i));
     }
     // The train bank is kept for head.pt where the tier holds the train split anyway.
     const bool keep = tier != FeedTier::kStream;
-    std::vector<std::vector<at::Tensor>> bank(banks.size());
-    std::vector<at::Tensor> bank_labels;
-    train_feed->start(false, 0);
-    while (auto batch = train_feed->next()) {
-      for (std::size_t i = 0; i < banks.size(); ++i) {
-        const at::Tensor t = l2_normalize(banks[i].heads.pooled_features(bank_inputs(banks[i], *batch)));
-        neighbours[i].add(t, batch->targets);
-        if (keep) bank[i].push_back(t);
+    knn_banks_.assign(banks.size(), at::Tensor());
+    knn_labels_.assign(fractions_.size(), at::Tensor());
+    for (const auto& group : groups_) {
+      check_knn_k(group);
+      use_fraction(group.fraction);
+      std::vector<std::vector<at::Tensor>> bank(banks.size());
+      std::vector<at::Tensor> bank_labels;
+      train_feed->start(false, 0);
+      while (auto batch = train_feed->next()) {
+        for (auto i : group.banks) {
+          const at::Tensor t = l2_normalize(banks[i].heads.pooled_features(bank_inputs(banks[i], *batch)));
+          neighbours[i].add(t, batch->targets);
+          if (keep) bank[i].push_back(t);
+        }
+        if (keep) bank_labels.push_back(batch->targets);
       }
-      if (keep) bank_labels.push_back(batch->targets);
+      for (auto i : group.banks) {
+        if (keep) knn_banks_[i] = at::cat(bank[i]);
+      }
+      if (keep) knn_labels_[group.fraction] = at::cat(bank_labels);
+      samples_trained += fractions_[group.fraction].train_rows;
     }
-    for (std::size_t i = 0; i < banks.size() && keep; ++i) knn_banks_.push_back(at::cat(bank[i]));
-    if (keep) knn_labels_ = at::cat(bank_labels);
     if (!keep) {
       warnings_.push_back("no head.pt: a k-NN head holds the train split, which did not fit the memory budget and was "
                           "streamed; raise --host-memory-budget to export it");
@@ -634,7 +769,7 @@ class Trainer {
         MetricAccumulator t(task, data.num_outputs(), data.ignore_index(), 1);
         t.add(scores.narrow(0, n_val, y_test.size(0)).unsqueeze(0), y_test);
         c.test = t.result(0);
-        if (options.bootstrap > 0) c.test_ci = t.bootstrap(0, options.bootstrap, options.seed);
+        if (options.bootstrap > 0) c.test_ci = t.bootstrap(0, options.bootstrap, c.seed);
       }
       nlohmann::json scalars = nlohmann::json::object();
       for (const auto& [key, value] : c.best_val.items()) {
@@ -642,19 +777,38 @@ class Trainer {
       }
       history.push_back({{"epoch", 1}, {"combination", c.id}, {"head", "knn"}, {"levels", c.head.levels_text()},
                          {"lr_base", 0.0}, {"weight_decay", 0.0}, {"k", c.k}, {"train_loss", 0.0},
+                         {"train_fraction", c.train_fraction}, {"seed", c.seed},
                          {"seconds", seconds_since(t0)}, {"val", scalars}});
     }
     train_seconds = seconds_since(t0);
-    samples_trained = data.train().size();
     epochs_run = 1;
+  }
+
+  std::int64_t knn_k_max(std::size_t bank) const {
+    std::int64_t k_max = 0;
+    for (auto ci : banks[bank].combos) k_max = std::max(k_max, combos[ci].k);
+    return k_max;
+  }
+
+  // Every k must find as many train rows (of its fraction).
+  void check_knn_k(const TrainGroup& group) const {
+    const FractionRows& f = fractions_[group.fraction];
+    for (auto b : group.banks) {
+      const std::int64_t k = knn_k_max(b);
+      if (k <= f.train_rows) continue;
+      throw UsageError(OptionName{"k"}, std::to_string(k) + " is larger than the train split ('" + data_->train().name + "', " +
+                       std::to_string(f.train_rows) + " rows" +
+                       (f.fraction != 1 ? " at --train-fraction " + format_number(f.fraction) : std::string()) +
+                       "); use a smaller --k");
+    }
   }
 
   // Writes combination c's head.pt (valid while the trainer lives).
   std::function<void(const std::string&)> head_saver(const Combination& c) const {
     if (c.head.type == HeadType::kKnn) {
-      if (knn_banks_.empty()) return {};  // streamed: no head.pt (vote_knn warned)
+      if (!knn_banks_.at(c.bank).defined()) return {};  // streamed: no head.pt (vote_knn warned)
       const at::Tensor& features = knn_banks_[c.bank];
-      const at::Tensor& labels = knn_labels_;
+      const at::Tensor& labels = knn_labels_.at(groups_[c.group].fraction);
       const std::int64_t k = c.k, classes = data_->num_outputs();
       const double temperature = options.knn_temperature;
       return [&features, &labels, k, classes, temperature](const std::string& path) {
@@ -683,7 +837,7 @@ class Trainer {
         if (c.best_state.empty()) continue;  // diverged before its first finite epoch: its weights are not finite
         c.test = test[c.bank].result(c.member);
         // Intervals for every combination: resampling reuses the per-image records, so it is cheap.
-        if (options.bootstrap > 0) c.test_ci = test[c.bank].bootstrap(c.member, options.bootstrap, options.seed);
+        if (options.bootstrap > 0) c.test_ci = test[c.bank].bootstrap(c.member, options.bootstrap, c.seed);
       }
     }
   }
@@ -693,9 +847,18 @@ class Trainer {
   void choose_best() {
     const ProbeData& data = *data_;
     for (const auto& warning : warnings_) std::fprintf(stderr, "embcache: warning: %s\n", warning.c_str());
+    // With several seeds a combination is judged by its mean over them (NaN when a seed has no
+    // result); the pick is its first seed's head.
+    std::map<std::string, std::pair<double, std::int64_t>> sums;  // point -> (sum, seeds)
+    for (const auto& c : combos) {
+      auto& [sum, n] = sums[c.point];
+      sum += c.best_value;
+      ++n;
+    }
+    auto value = [&](const Combination& c) { return sums[c.point].first / double(sums[c.point].second); };
     best = 0;
     for (std::size_t i = 0; i < combos.size(); ++i) {
-      const double v = combos[i].best_value, b = combos[best].best_value;
+      const double v = value(combos[i]), b = value(combos[best]);
       if (std::isnan(b) || (std::isfinite(v) && (higher ? v > b : v < b))) best = i;
     }
     if (std::isnan(combos[best].best_value)) {
@@ -709,6 +872,10 @@ class Trainer {
                         c.best_value, c.best_val, c.test, c.test_ci};
     r.C = c.C;
     r.k = c.k;
+    r.point = c.point;
+    r.seed = c.seed;
+    r.train_fraction = c.train_fraction;
+    r.train_rows = fraction_of(c).train_rows;
     return r;
   }
 
@@ -751,7 +918,18 @@ class Trainer {
                     {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
                     {"heads", combos.size()}, {"banks", banks.size()}};
     facts.data = data_json();
-    if (plan.class_weights != ClassWeightMode::kNone) facts.class_weights = class_weights_.to_json();
+    if (plan.class_weights != ClassWeightMode::kNone) {
+      // One fraction: as before fractions existed; several: one object per fraction.
+      for (const auto& f : fractions_) {
+        nlohmann::json j = f.class_weights.to_json();
+        if (fractions_.size() == 1) {
+          facts.class_weights = j;
+        } else {
+          j["train_fraction"] = f.fraction;
+          facts.class_weights.push_back(j);
+        }
+      }
+    }
     facts.warnings = data.warnings();
     facts.warnings.insert(facts.warnings.end(), warnings_.begin(), warnings_.end());
     return facts;
@@ -772,6 +950,9 @@ class Trainer {
       outcome.weight_decay = c.weight_decay;
       outcome.C = c.C;
       outcome.k = c.k;
+      outcome.seed = c.seed;
+      outcome.train_fraction = c.train_fraction;
+      outcome.train_rows = fraction_of(c).train_rows;
       outcome.best_epoch = c.best_epoch;
       outcome.diverged_epoch = c.diverged_epoch;
       outcome.val = metrics["combinations"][i]["val"];
@@ -805,10 +986,11 @@ class Trainer {
   const ProbeTask task;
   const c10::Device device;
   std::unique_ptr<ProbeData> data_;
-  ClassWeights class_weights_;  // from the train split (--class-weights)
-  std::vector<at::Tensor> knn_banks_;  // knn: the train split's normalised features per bank (unless streamed)
-  at::Tensor knn_labels_;
-  at::Tensor loss_weights;      // class_weights_.weights on the device; undefined: none
+  std::vector<FractionRows> fractions_;  // --train-fraction, in the grid's order
+  std::vector<TrainGroup> groups_;
+  std::size_t current_fraction_ = std::numeric_limits<std::size_t>::max();  // the train feed's rows
+  std::vector<at::Tensor> knn_banks_;   // knn: the train rows' normalised features per bank (unless streamed)
+  std::vector<at::Tensor> knn_labels_;  // knn: their labels per fraction
   // The grid.
   std::vector<Combination> combos;
   std::vector<Bank> banks;
@@ -821,7 +1003,7 @@ class Trainer {
   std::unique_ptr<FeatureFeed> train_feed, val_feed, test_feed;
   double load_seconds = 0;
   // Training.
-  std::int64_t steps_per_epoch = 0, total_steps = 0, warmup_steps = 0, step = 0, epochs_run = 0, samples_trained = 0;
+  std::int64_t epochs_run = 0, samples_trained = 0;
   bool higher = true;
   std::string primary;
   nlohmann::json history = nlohmann::json::array();

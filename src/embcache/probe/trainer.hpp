@@ -26,6 +26,9 @@ struct CombinationOutcome {
   double lr = 0, weight_decay = 0;
   double C = 0;                        // logreg
   std::int64_t k = 0;                  // knn
+  std::uint64_t seed = 0;
+  double train_fraction = 1;
+  std::int64_t train_rows = 0;         // of the fraction
   std::int64_t best_epoch = 0;         // 0: no result (diverged before its first finite epoch)
   std::int64_t diverged_epoch = 0;     // the epoch its loss stopped being finite (0: never)
   nlohmann::json val, test, test_ci95;  // metrics at the best epoch; test_ci95 with --bootstrap
