@@ -5,152 +5,19 @@
 #include <fstream>
 #include <iomanip>
 #include <map>
+#include <set>
 #include <nlohmann/json.hpp>
 #include <sstream>
 #include <vector>
 
 #include "embcache/batch/results_table.hpp"
+#include "embcache/batch/svg_charts.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
+#include "embcache/probe/seed_statistics.hpp"
 
 namespace embcache {
 namespace {
-
-const char* kColors[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
-
-std::string esc(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    switch (c) {
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '&': out += "&amp;"; break;
-      case '"': out += "&quot;"; break;
-      default: out += c;
-    }
-  }
-  return out;
-}
-
-std::string num(double v, int precision = 4) {
-  std::ostringstream s;
-  s << std::setprecision(precision) << v;
-  return s.str();
-}
-
-struct Series {
-  std::string name;
-  std::vector<std::pair<double, double>> points;
-};
-
-// A line chart with min/max ticks on both axes and a legend; data-points counts the points drawn.
-std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
-                       const std::vector<Series>& series, bool log_x = false) {
-  const double w = 520, h = 300, left = 60, right = 150, top = 30, bottom = 45;
-  double x0 = INFINITY, x1 = -INFINITY, y0 = INFINITY, y1 = -INFINITY;
-  std::size_t count = 0;
-  auto fx = [&](double x) { return log_x ? std::log10(x) : x; };
-  for (const auto& s : series) {
-    for (const auto& [x, y] : s.points) {
-      if (!std::isfinite(y) || (log_x && x <= 0)) continue;
-      x0 = std::min(x0, fx(x)), x1 = std::max(x1, fx(x)), y0 = std::min(y0, y), y1 = std::max(y1, y);
-      ++count;
-    }
-  }
-  if (count == 0) return "";
-  if (x1 == x0) x0 -= 0.5, x1 += 0.5;
-  if (y1 == y0) y0 -= 0.5, y1 += 0.5;
-  const double pw = w - left - right, ph = h - top - bottom;
-  auto px = [&](double x) { return left + (fx(x) - x0) / (x1 - x0) * pw; };
-  auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
-  std::ostringstream o;
-  o << "<svg class=\"chart\" data-points=\"" << count << "\" width=\"" << w << "\" height=\"" << h
-    << "\" viewBox=\"0 0 " << w << " " << h << "\" xmlns=\"http://www.w3.org/2000/svg\">";
-  o << "<text x=\"" << left << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>";
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph << "\" class=\"frame\"/>";
-  auto tick_x = [&](double v) { return log_x ? num(std::pow(10.0, v), 3) : num(v, 4); };
-  o << "<text x=\"" << left << "\" y=\"" << h - bottom + 15 << "\" class=\"tick\">" << tick_x(x0) << "</text>";
-  o << "<text x=\"" << left + pw << "\" y=\"" << h - bottom + 15 << "\" class=\"tick\" text-anchor=\"end\">" << tick_x(x1) << "</text>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + ph << "\" class=\"tick\" text-anchor=\"end\">" << num(y0) << "</text>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + 10 << "\" class=\"tick\" text-anchor=\"end\">" << num(y1) << "</text>";
-  o << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 8 << "\" class=\"label\" text-anchor=\"middle\">" << esc(x_label) << "</text>";
-  o << "<text x=\"14\" y=\"" << top + ph / 2 << "\" class=\"label\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
-    << top + ph / 2 << ")\">" << esc(y_label) << "</text>";
-  for (std::size_t i = 0; i < series.size(); ++i) {
-    const char* color = kColors[i % 10];
-    std::ostringstream pts;
-    for (const auto& [x, y] : series[i].points) {
-      if (!std::isfinite(y) || (log_x && x <= 0)) continue;
-      pts << num(px(x), 6) << "," << num(py(y), 6) << " ";
-    }
-    o << "<polyline class=\"series\" fill=\"none\" stroke=\"" << color << "\" stroke-width=\"1.5\" points=\"" << pts.str() << "\"><title>"
-      << esc(series[i].name) << "</title></polyline>";
-    for (const auto& [x, y] : series[i].points) {
-      if (!std::isfinite(y) || (log_x && x <= 0)) continue;
-      o << "<circle cx=\"" << num(px(x), 6) << "\" cy=\"" << num(py(y), 6) << "\" r=\"2.5\" fill=\"" << color << "\"><title>"
-        << esc(series[i].name) << ": " << num(y) << "</title></circle>";
-    }
-    if (i < 16) {
-      const double ly = top + 12 + double(i) * 14;
-      o << "<line x1=\"" << w - right + 8 << "\" x2=\"" << w - right + 22 << "\" y1=\"" << ly - 4 << "\" y2=\"" << ly - 4
-        << "\" stroke=\"" << color << "\" stroke-width=\"2\"/><text x=\"" << w - right + 26 << "\" y=\"" << ly
-        << "\" class=\"legend\">" << esc(series[i].name.size() > 22 ? series[i].name.substr(0, 21) + "…" : series[i].name)
-        << "</text>";
-    } else if (i == 16) {
-      o << "<text x=\"" << w - right + 8 << "\" y=\"" << top + 12 + 16 * 14 << "\" class=\"legend\">+" << series.size() - 16
-        << " more</text>";
-    }
-  }
-  o << "</svg>";
-  return o.str();
-}
-
-// Grouped bars (val and test) per category.
-std::string bar_chart(const std::string& title, const std::string& y_label, const std::vector<std::string>& categories,
-                      const std::vector<Series>& series) {
-  const double w = 520, h = 300, left = 60, right = 90, top = 30, bottom = 45;
-  double y0 = 0, y1 = -INFINITY;
-  std::size_t count = 0;
-  for (const auto& s : series) {
-    for (const auto& [x, y] : s.points) {
-      if (std::isfinite(y)) y1 = std::max(y1, y), y0 = std::min(y0, y), ++count;
-    }
-  }
-  if (count == 0) return "";
-  if (y1 <= y0) y1 = y0 + 1;
-  const double pw = w - left - right, ph = h - top - bottom;
-  const double slot = pw / double(categories.size());
-  const double bar = slot * 0.8 / double(series.size());
-  auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
-  std::ostringstream o;
-  o << "<svg class=\"chart\" data-points=\"" << count << "\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
-    << " " << h << "\" xmlns=\"http://www.w3.org/2000/svg\">";
-  o << "<text x=\"" << left << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>";
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph << "\" class=\"frame\"/>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + ph << "\" class=\"tick\" text-anchor=\"end\">" << num(y0) << "</text>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + 10 << "\" class=\"tick\" text-anchor=\"end\">" << num(y1) << "</text>";
-  o << "<text x=\"14\" y=\"" << top + ph / 2 << "\" class=\"label\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
-    << top + ph / 2 << ")\">" << esc(y_label) << "</text>";
-  for (std::size_t c = 0; c < categories.size(); ++c) {
-    o << "<text x=\"" << left + slot * (double(c) + 0.5) << "\" y=\"" << h - bottom + 15
-      << "\" class=\"tick\" text-anchor=\"middle\">" << esc(categories[c]) << "</text>";
-    for (std::size_t s = 0; s < series.size(); ++s) {
-      const double y = series[s].points[c].second;
-      if (!std::isfinite(y)) continue;
-      const double x = left + slot * double(c) + slot * 0.1 + bar * double(s);
-      o << "<rect class=\"bar\" x=\"" << num(x, 6) << "\" y=\"" << num(py(std::max(y, 0.0)), 6) << "\" width=\"" << num(bar, 6)
-        << "\" height=\"" << num(std::abs(py(y) - py(0)), 6) << "\" fill=\"" << kColors[s % 10] << "\"><title>"
-        << esc(series[s].name + " " + categories[c]) << ": " << num(y) << "</title></rect>";
-    }
-  }
-  for (std::size_t s = 0; s < series.size(); ++s) {
-    const double ly = top + 12 + double(s) * 14;
-    o << "<rect x=\"" << w - right + 8 << "\" y=\"" << ly - 9 << "\" width=\"10\" height=\"10\" fill=\"" << kColors[s % 10]
-      << "\"/><text x=\"" << w - right + 22 << "\" y=\"" << ly << "\" class=\"legend\">" << esc(series[s].name) << "</text>";
-  }
-  o << "</svg>";
-  return o.str();
-}
 
 // The fields the report reads from a results.jsonl row, and the JSON type each must have.
 void check_result_row(const nlohmann::json& row, const std::string& where) {
@@ -212,7 +79,9 @@ void write_results_table(std::ostringstream& html, const std::vector<nlohmann::j
     for (const auto& [k, v] : r["test"].items()) add_unique(test_keys, k);
   }
   html << "<h2>Results</h2><table id=\"results\"><thead><tr>";
-  for (const char* h : {"run", "group", "cache", "head", "levels", "lr", "weight decay", "best epoch"}) html << "<th>" << h << "</th>";
+  for (const char* h : {"run", "group", "cache", "head", "levels", "lr", "weight decay", "train fraction", "seed", "best epoch"}) {
+    html << "<th>" << h << "</th>";
+  }
   for (const auto& k : val_keys) html << "<th>val " << esc(k) << "</th>";
   for (const auto& k : test_keys) html << "<th>test " << esc(k) << "</th>";
   html << "<th>seconds</th></tr></thead><tbody>\n";
@@ -225,7 +94,8 @@ void write_results_table(std::ostringstream& html, const std::vector<nlohmann::j
     html << "<tr><td class=\"t\">" << esc(run_label(r)) << "</td><td class=\"t\">" << cell(r["group"])
          << "</td><td class=\"t\">" << cell(r["cache"]) << "</td><td class=\"t\">" << cell(r["head"]) << "</td><td class=\"t\">"
          << cell(r["levels"]) << "</td><td>" << cell(r["lr"]) << "</td><td>" << cell(r["weight_decay"]) << "</td><td>"
-         << cell(r["best_epoch"]) << "</td>";
+         << cell(r.value("train_fraction", nlohmann::json(1))) << "</td><td>" << cell(r.value("seed", nlohmann::json(nullptr)))
+         << "</td><td>" << cell(r["best_epoch"]) << "</td>";
     for (const auto& k : val_keys) html << "<td>" << cell(r["val"].value(k, nlohmann::json(nullptr))) << "</td>";
     for (const auto& k : test_keys) html << "<td>" << cell(r["test"].value(k, nlohmann::json(nullptr))) << "</td>";
     html << "<td>" << cell(r["seconds"]) << "</td></tr>\n";
@@ -266,21 +136,51 @@ void write_learning_curves(std::ostringstream& html, const std::string& group, c
   html << line_chart("training loss per epoch", "epoch", "train loss", loss_curves) << "\n";
 }
 
-// Metric vs learning rate: one line per (head, levels), best over the other options.
-void write_lr_chart(std::ostringstream& html, const std::vector<const nlohmann::json*>& mine, const std::string& metric_name,
+// A grid point over its seeds: the mean of its runs' primary metrics (one run: its own).
+struct PointMean {
+  const SeedGroup* runs = nullptr;
+  std::string head, levels;
+  double fraction = 1, lr = 0;
+  double val = NAN, test = NAN;
+};
+
+std::vector<PointMean> point_means(const std::vector<SeedGroup>& groups) {
+  std::vector<PointMean> points;
+  for (const auto& g : groups) {
+    PointMean p;
+    p.runs = &g;
+    const nlohmann::json& first = *g.rows.front();
+    p.head = first["head"].get<std::string>();
+    p.levels = first["levels"].get<std::string>();
+    p.fraction = first.value("train_fraction", 1.0);
+    p.lr = first["lr"].get<double>();
+    std::vector<double> val, test;
+    for (const auto* r : g.rows) val.push_back(primary_value(*r, "val")), test.push_back(primary_value(*r, "test"));
+    p.val = summarize_seeds(val, 1).mean;
+    p.test = summarize_seeds(test, 1).mean;
+    points.push_back(p);
+  }
+  return points;
+}
+
+bool better(double v, double held, bool higher) {
+  return std::isnan(held) || (std::isfinite(v) && (higher ? v > held : v < held));
+}
+
+// Metric vs learning rate: one line per (head, levels), best over the other options (a point
+// with several seeds by its mean).
+void write_lr_chart(std::ostringstream& html, const std::vector<PointMean>& points, const std::string& metric_name,
                     bool higher) {
   std::map<std::string, std::map<double, double>> by_series;
-  for (const auto* r : mine) {
-    const std::string key = (*r)["head"].get<std::string>() + " levels " + (*r)["levels"].get<std::string>();
-    const double lr = (*r)["lr"].get<double>(), v = primary_value(*r, "val");
-    auto& slot = by_series[key];
+  for (const auto& p : points) {
+    auto& slot = by_series[p.head + " levels " + p.levels];
     // A run without a result (it diverged) has NaN: any finite value beats it.
-    if (!slot.count(lr) || std::isnan(slot[lr]) || (higher ? v > slot[lr] : v < slot[lr])) slot[lr] = v;
+    if (!slot.count(p.lr) || better(p.val, slot[p.lr], higher)) slot[p.lr] = p.val;
   }
   std::vector<Series> lr_series;
-  for (const auto& [key, points] : by_series) {
+  for (const auto& [key, at] : by_series) {
     Series s{key, {}};
-    for (const auto& [lr, v] : points) s.points.emplace_back(lr, v);
+    for (const auto& [lr, v] : at) s.points.emplace_back(lr, v);
     lr_series.push_back(s);
   }
   html << line_chart("best val " + metric_name + " vs learning rate", "learning rate (log scale)", "val " + metric_name,
@@ -288,24 +188,109 @@ void write_lr_chart(std::ostringstream& html, const std::vector<const nlohmann::
        << "\n";
 }
 
-// Levels compared: the best run per level set, its val and test metric.
-void write_levels_chart(std::ostringstream& html, const std::vector<const nlohmann::json*>& mine, const std::string& metric_name,
+// Layer-wise probing: per level set, the best point (by val) of each head, or, with one head,
+// its val and test metric.
+void write_levels_chart(std::ostringstream& html, const std::vector<PointMean>& points, const std::string& metric_name,
                         bool higher) {
-  std::vector<std::string> level_sets;
-  std::map<std::string, const nlohmann::json*> best;
-  for (const auto* r : mine) {
-    const std::string lv = (*r)["levels"].get<std::string>();
-    if (!best.count(lv)) level_sets.push_back(lv);
-    const double v = primary_value(*r, "val"), held = best.count(lv) ? primary_value(*best[lv], "val") : NAN;
-    const bool better = best.count(lv) && (std::isnan(held) || (higher ? v > held : v < held));
-    if (!best.count(lv) || better) best[lv] = r;
+  std::vector<std::string> level_sets, heads;
+  std::map<std::pair<std::string, std::string>, const PointMean*> best;  // (head, levels)
+  for (const auto& p : points) {
+    add_unique(level_sets, p.levels);
+    add_unique(heads, p.head);
+    const auto key = std::make_pair(p.head, p.levels);
+    if (!best.count(key) || better(p.val, best[key]->val, higher)) best[key] = &p;
   }
-  Series val_bars{"val", {}}, test_bars{"test", {}};
-  for (std::size_t i = 0; i < level_sets.size(); ++i) {
-    val_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "val"));
-    test_bars.points.emplace_back(double(i), primary_value(*best[level_sets[i]], "test"));
+  if (heads.size() == 1) {
+    Series val_bars{"val", {}}, test_bars{"test", {}};
+    for (std::size_t i = 0; i < level_sets.size(); ++i) {
+      val_bars.points.emplace_back(double(i), best[{heads[0], level_sets[i]}]->val);
+      test_bars.points.emplace_back(double(i), best[{heads[0], level_sets[i]}]->test);
+    }
+    html << bar_chart("levels compared (best run per level set)", metric_name, level_sets, {val_bars, test_bars}) << "\n";
+    return;
   }
-  html << bar_chart("levels compared (best run per level set)", metric_name, level_sets, {val_bars, test_bars}) << "\n";
+  std::vector<Series> per_head;
+  for (const auto& head : heads) {
+    Series s{head, {}};
+    for (std::size_t i = 0; i < level_sets.size(); ++i) {
+      const auto it = best.find({head, level_sets[i]});
+      s.points.emplace_back(double(i), it == best.end() ? NAN : it->second->val);
+    }
+    per_head.push_back(s);
+  }
+  html << bar_chart("layer-wise probing: best val " + metric_name + " per level, by head", "val " + metric_name, level_sets,
+                    per_head)
+       << "\n";
+}
+
+// Metric against label fraction: one line per (head, levels), the test metric (val without a
+// test split) of the point the val metric picks at each fraction.
+void write_fraction_chart(std::ostringstream& html, const std::vector<PointMean>& points, const std::string& metric_name,
+                          bool higher) {
+  std::map<std::string, std::map<double, const PointMean*>> by_series;
+  std::set<double> fractions;
+  bool tested = false;
+  for (const auto& p : points) {
+    fractions.insert(p.fraction);
+    tested = tested || std::isfinite(p.test);
+    auto& slot = by_series[p.head + " levels " + p.levels][p.fraction];
+    if (!slot || better(p.val, slot->val, higher)) slot = &p;
+  }
+  if (fractions.size() < 2) return;
+  std::vector<Series> series;
+  for (const auto& [name, at] : by_series) {
+    Series s{name, {}};
+    for (const auto& [f, p] : at) s.points.emplace_back(f, tested ? p->test : p->val);
+    series.push_back(s);
+  }
+  const std::string y = std::string(tested ? "test " : "val ") + metric_name;
+  html << line_chart(y + " vs label fraction (best val per fraction)", "train fraction (log scale)", y, series, true) << "\n";
+}
+
+// The spread over seeds of every point trained with several: one column each, its seeds' test
+// metrics (val without a test split), their mean and the bootstrap interval of their IQM.
+void write_seed_chart(std::ostringstream& html, const std::vector<SeedGroup>& groups, const std::string& group,
+                      const std::string& metric_name) {
+  std::vector<Spread> columns;
+  bool tested = false;
+  for (const auto& g : groups) {
+    for (const auto* r : g.rows) tested = tested || std::isfinite(primary_value(*r, "test"));
+  }
+  for (const auto& g : groups) {
+    if (g.rows.size() < 2) continue;
+    Spread c;
+    c.category = g.name.size() > group.size() ? g.name.substr(group.size() + 1) : g.name;
+    for (const auto* r : g.rows) c.values.push_back(primary_value(*r, tested ? "test" : "val"));
+    const SeedSummary s = summarize_seeds(c.values);
+    c.mean = s.mean, c.low = s.ci_low, c.high = s.ci_high;
+    columns.push_back(c);
+  }
+  if (columns.empty()) return;
+  const std::string y = std::string(tested ? "test " : "val ") + metric_name;
+  html << spread_chart(y + " over seeds (dots: seeds; bar: mean; line: 95% interval of the IQM)", y, columns) << "\n";
+}
+
+// Per point with several seeds: mean +- std, IQM and its bootstrap interval, val and test.
+void write_seed_table(std::ostringstream& html, const std::vector<SeedGroup>& groups, const std::string& metric_name) {
+  std::ostringstream body;
+  auto cells = [](const std::vector<double>& v) {
+    const SeedSummary s = summarize_seeds(v);
+    if (s.n == 0) return std::string("<td>-</td><td>-</td><td>-</td>");
+    return "<td>" + num(s.mean) + " &plusmn; " + num(s.std, 2) + "</td><td>" + num(s.iqm) + "</td><td>[" + num(s.ci_low) +
+           ", " + num(s.ci_high) + "]</td>";
+  };
+  for (const auto& g : groups) {
+    if (g.rows.size() < 2) continue;
+    std::vector<double> val, test;
+    for (const auto* r : g.rows) val.push_back(primary_value(*r, "val")), test.push_back(primary_value(*r, "test"));
+    body << "<tr><td class=\"t\">" << esc(g.name) << "</td><td>" << g.rows.size() << "</td>" << cells(val) << cells(test)
+         << "</tr>\n";
+  }
+  if (body.str().empty()) return;
+  html << "<table class=\"seeds\"><thead><tr><th>runs over seeds</th><th>seeds</th><th>val " << esc(metric_name)
+       << " mean &plusmn; std</th><th>val IQM</th><th>val 95% interval</th><th>test " << esc(metric_name)
+       << " mean &plusmn; std</th><th>test IQM</th><th>test 95% interval</th></tr></thead><tbody>\n"
+       << body.str() << "</tbody></table>\n";
 }
 
 void write_group_charts(std::ostringstream& html, const std::vector<nlohmann::json>& rows, const std::string& group) {
@@ -315,11 +300,16 @@ void write_group_charts(std::ostringstream& html, const std::vector<nlohmann::js
   }
   const std::string metric_name = mine.front()->value("primary_metric", std::string("metric"));
   const bool higher = mine.front()->value("higher_is_better", true);
+  const std::vector<SeedGroup> seeds = seed_groups(rows, group);
+  const std::vector<PointMean> points = point_means(seeds);
   html << "<h2>" << esc(group) << "</h2><div class=\"charts\">\n";
   write_learning_curves(html, group, mine, metric_name);
-  write_lr_chart(html, mine, metric_name, higher);
-  write_levels_chart(html, mine, metric_name, higher);
+  write_lr_chart(html, points, metric_name, higher);
+  write_levels_chart(html, points, metric_name, higher);
+  write_fraction_chart(html, points, metric_name, higher);
+  write_seed_chart(html, seeds, group, metric_name);
   html << "</div>\n";
+  write_seed_table(html, seeds, metric_name);
 }
 
 // Sorting the results table by a click on its header.

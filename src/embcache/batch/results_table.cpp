@@ -8,6 +8,7 @@
 
 #include "embcache/core/files.hpp"
 #include "embcache/core/parse.hpp"
+#include "embcache/probe/seed_statistics.hpp"
 
 namespace embcache {
 namespace {
@@ -52,7 +53,69 @@ std::vector<nlohmann::json> finished_rows(const Study& study, const RunLedger& l
   return rows;
 }
 
+std::string seed_group_name(const nlohmann::json& row) {
+  std::string label;
+  for (const auto& [k, v] : row["varying"].items()) {
+    if (k == "seed") continue;
+    std::string text;  // as the run's name writes it: lists joined by '+'
+    for (const auto& item : v.is_array() ? v : nlohmann::json::array({v})) {
+      text += (text.empty() ? "" : "+") + (item.is_string() ? item.get<std::string>() : item.dump());
+    }
+    label += (label.empty() ? "" : ",") + k + "=" + text;
+  }
+  const std::string group = row["group"].get<std::string>();
+  return label.empty() ? group : group + "/" + label;
+}
+
+std::string summary_cells(const SeedSummary& s) {
+  auto cell = [](double v) {
+    std::ostringstream o;
+    if (std::isfinite(v)) o << std::setprecision(8) << v;
+    return o.str();
+  };
+  return std::to_string(s.n) + "," + cell(s.mean) + "," + cell(s.std) + "," + cell(s.iqm) + "," + cell(s.ci_low) + "," +
+         cell(s.ci_high);
+}
+
+std::vector<double> primary_values(const SeedGroup& g, const char* split) {
+  std::vector<double> v;
+  for (const auto* r : g.rows) v.push_back(primary_value(*r, split));
+  return v;
+}
+
+// OUTPUT_DIR/results_over_seeds.csv: per seed group, the primary metric summarised over seeds.
+void write_seed_summary(const Study& study, const std::vector<nlohmann::json>& rows) {
+  std::ostringstream csv;
+  csv << "name,group,seeds,metric,val_n,val_mean,val_std,val_iqm,val_ci95_low,val_ci95_high,test_n,test_mean,test_std,"
+         "test_iqm,test_ci95_low,test_ci95_high\n";
+  bool any = false;
+  for (const auto& group : study.groups) {
+    for (const auto& g : seed_groups(rows, group)) {
+      if (g.rows.size() < 2) continue;
+      any = true;
+      std::string seeds;
+      for (const auto* r : g.rows) seeds += (seeds.empty() ? "" : " ") + (*r)["seed"].dump();
+      csv << csv_field(g.name) << "," << csv_field(group) << "," << seeds << ","
+          << g.rows.front()->value("primary_metric", std::string()) << "," << summary_cells(summarize_seeds(primary_values(g, "val")))
+          << "," << summary_cells(summarize_seeds(primary_values(g, "test"))) << "\n";
+    }
+  }
+  if (any) write_text_atomically(study.output_dir + "/results_over_seeds.csv", csv.str(), "results");
+}
+
 }  // namespace
+
+std::vector<SeedGroup> seed_groups(const std::vector<nlohmann::json>& rows, const std::string& group) {
+  std::vector<SeedGroup> groups;
+  for (const auto& row : rows) {
+    if (row["group"] != group) continue;
+    const std::string name = seed_group_name(row);
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const SeedGroup& g) { return g.name == name; });
+    if (it == groups.end()) it = groups.insert(groups.end(), SeedGroup{name, {}});
+    it->rows.push_back(&row);
+  }
+  return groups;
+}
 
 double primary_value(const nlohmann::json& row, const char* split) {
   const auto& v = row[split].value(row.value("primary_metric", std::string()), nlohmann::json(nullptr));
@@ -133,7 +196,43 @@ void write_results(const Study& study, const RunLedger& ledger) {
         << "," << csv_cell(row["run_dir"]) << "\n";
   }
   write_text_atomically(study.output_dir + "/results.csv", csv.str(), "results");
+  write_seed_summary(study, rows);
 }
+
+namespace {
+
+// The spread over seeds of a group's seed groups of two or more runs: mean +- std, IQM and the
+// bootstrap interval of the IQM, for val and test.
+std::string seeds_text(const std::vector<nlohmann::json>& rows, const std::string& group, const std::string& metric) {
+  std::ostringstream out;
+  const auto groups = seed_groups(rows, group);
+  std::size_t width = 4;
+  bool any = false;
+  for (const auto& g : groups) {
+    if (g.rows.size() < 2) continue;
+    any = true;
+    width = std::max(width, g.name.size());
+  }
+  if (!any) return "";
+  out << "  over seeds: " << metric << " mean +- std; test IQM [95% bootstrap interval]\n";
+  out << "  " << std::left << std::setw(int(width)) << "runs" << "  seeds  " << std::setw(18) << "val" << "  test\n";
+  auto cell = [](const SeedSummary& s, bool interval) {
+    std::ostringstream c;
+    if (s.n == 0) return std::string("-");
+    c << std::fixed << std::setprecision(4) << s.mean << " +- " << s.std;
+    if (interval) c << ", IQM " << s.iqm << " [" << s.ci_low << ", " << s.ci_high << "]";
+    return c.str();
+  };
+  for (const auto& g : groups) {
+    if (g.rows.size() < 2) continue;
+    out << "  " << std::left << std::setw(int(width)) << g.name << "  " << std::setw(5) << g.rows.size() << "  " << std::setw(18)
+        << cell(summarize_seeds(primary_values(g, "val")), false) << "  " << cell(summarize_seeds(primary_values(g, "test")), true)
+        << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace
 
 std::string results_text(const Study& study, const RunLedger& ledger, const std::set<std::string>& groups) {
   std::ostringstream out;
@@ -170,6 +269,7 @@ std::string results_text(const Study& study, const RunLedger& ledger, const std:
       out << "  " << std::left << std::setw(int(width)) << run_label(row) << "  " << std::right
           << std::setw(col) << cell("val") << std::setw(col) << cell("test") << std::setw(7) << row["best_epoch"].dump() << "\n";
     }
+    out << seeds_text(rows, group, metric);
   }
   return out.str();
 }

@@ -138,6 +138,17 @@ std::string run_summary_line(const nlohmann::json& metrics, const CombinationRes
   if (metrics["test"].contains(primary) && metrics["test"][primary].is_number()) {
     line << ", test " << primary << " " << metrics["test"][primary].get<double>();
   }
+  if (metrics["best"].contains("over_seeds")) {
+    const auto& v = metrics["best"]["over_seeds"]["val"][primary];
+    if (v["mean"].is_number()) {
+      line << "; over " << v["n"].get<std::int64_t>() << " seeds val " << primary << " " << v["mean"].get<double>() << " +- "
+           << v["std"].get<double>();
+    }
+    const auto& t = metrics["best"]["over_seeds"]["test"];
+    if (t.contains(primary) && t[primary]["mean"].is_number()) {
+      line << ", test " << t[primary]["mean"].get<double>() << " +- " << t[primary]["std"].get<double>();
+    }
+  }
   line << "; " << heads << " head" << (heads == 1 ? "" : "s") << ", " << epochs_run << " epoch" << (epochs_run == 1 ? "" : "s")
        << ", " << std::fixed << std::setprecision(1) << train_seconds << " s, " << std::setprecision(0)
        << metrics["timing"]["samples_per_second"].get<double>() << " samples/s, tier " << metrics["data"]["tier"].get<std::string>()
