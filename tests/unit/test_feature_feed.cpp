@@ -116,4 +116,39 @@ TEST_CASE("feature feed: int8 maps are held as int8 with their scales and delive
   }
 }
 
+TEST_CASE("feature feed: restrict_rows limits later passes of every tier to those rows, once each") {
+  testing::TempDir dir;
+  testing::ArrayDatasetSpec spec;
+  spec.images = at::randint(0, 255, {30, 3, 20, 24}).to(at::kByte);
+  spec.labels = at::arange(30, at::kLong) % 3;
+  for (int i = 0; i < 30; ++i) spec.splits.push_back(i % 5 == 0 ? "val" : "train");
+  testing::write_array_dataset(dir.file("data.h5"), spec);
+  run_precompute(plan_precompute(testing::small_precompute("multi_scripted.pt", dir.file("data.h5"), dir.file("c.h5"))));
+  ProbeOptions o;
+  o.caches = {dir.file("c.h5")};
+  o.task = "classification";
+  const ProbeData data(o, ProbeTask::kClassification);
+  const std::int64_t n = data.train().size();
+  const std::vector<FeedColumn> columns = {level_column(data, data.levels().front(), /*pooled=*/true)};
+  std::vector<std::int64_t> subset;
+  for (std::int64_t i = 0; i < n; i += 3) subset.push_back(i);
+  subset.push_back(n - 1);
+  for (FeedTier tier : {FeedTier::kHost, FeedTier::kStream}) {
+    CAPTURE(tier_name(tier));
+    FeatureFeed feed(data, 0, columns, tier, c10::Device(c10::kCPU), 5, 10 * resident_row_bytes(columns));
+    feed.restrict_rows(subset);
+    REQUIRE(feed.rows() == std::int64_t(subset.size()));
+    for (bool shuffle : {false, true}) {
+      std::vector<std::int64_t> sizes;
+      std::vector<std::int64_t> ids = one_pass(feed, shuffle, 4, &sizes);
+      REQUIRE(std::int64_t(sizes.size()) == feed.batches_per_epoch());
+      std::sort(ids.begin(), ids.end());
+      REQUIRE(ids == subset);
+    }
+    feed.restrict_rows({});
+    std::vector<std::int64_t> sizes;
+    REQUIRE(std::int64_t(one_pass(feed, true, 4, &sizes).size()) == n);
+  }
+}
+
 }  // TEST_SUITE

@@ -168,3 +168,47 @@ TEST_CASE("class weights: balanced is scikit-learn's N / (K n_c); inverse-sqrt a
   o.class_weights = "balanced";
   CHECK_THROWS_WITH_AS(plan_probe(o), doctest::Contains("--class-weights: applies to classification, multilabel and segmentation"), UsageError);
 }
+
+TEST_CASE("plan_probe: --train-fraction and --seeds multiply the grid, seeds innermost" * doctest::test_suite("probe")) {
+  ProbeOptions o = grid_options();
+  o.head = "linear";
+  o.levels = "2";
+  o.weight_decay = "0";
+  o.train_fraction = "0.1,1";
+  o.seeds = "3,4,5";
+  const ProbePlan plan = plan_probe(o);
+  REQUIRE(plan.grid.size() == 2 * 2 * 3);
+  CHECK(plan.grid[0].lr == 1e-3);
+  CHECK(plan.grid[0].train_fraction == 0.1);
+  CHECK(plan.grid[0].seed == 3);
+  CHECK(plan.grid[1].seed == 4);
+  CHECK(plan.grid[3].train_fraction == 1.0);
+  CHECK(plan.grid[6].lr == 1e-2);
+  CHECK(grid_seed_count(plan.grid) == 3);
+  CHECK((plan.seed_mode == SeedMode::kFull));
+  // Without --seeds, every combination has --seed and the whole train split.
+  ProbeOptions single = grid_options();
+  single.seed = 7;
+  for (const auto& c : plan_probe(single).grid) {
+    CHECK(c.seed == 7);
+    CHECK(c.train_fraction == 1.0);
+  }
+}
+
+TEST_CASE("plan_probe: seeds and fractions that cannot work get one line each" * doctest::test_suite("probe")) {
+  auto error_with = [](void (*set)(ProbeOptions&)) {
+    ProbeOptions o = grid_options();
+    set(o);
+    return usage_error(o);
+  };
+  CHECK(error_with([](ProbeOptions& o) { o.seeds = "1,2,1"; }) == "--seeds: seed 1 is listed twice; list each value once");
+  CHECK(error_with([](ProbeOptions& o) { o.seeds = "1,2", o.seed = 3; }) == "--seeds: give --seed or --seeds, not both");
+  CHECK(error_with([](ProbeOptions& o) { o.seed_mode = "all"; }) == "--seed-mode: expected full or init, got \"all\"");
+  CHECK(error_with([](ProbeOptions& o) { o.train_fraction = "0.5,0"; }) == "--train-fraction: expected fractions in (0, 1], got 0");
+  CHECK(error_with([](ProbeOptions& o) { o.train_fraction = "1.2"; }) == "--train-fraction: expected fractions in (0, 1], got 1.2");
+  CHECK(error_with([](ProbeOptions& o) { o.train_fraction = "0.1,0.1"; }) == "--train-fraction: 0.1 is listed twice; list each value once");
+  CHECK(error_with([](ProbeOptions& o) { o.head = "knn", o.lr = "1e-3", o.weight_decay = "0", o.seeds = "0,1"; })
+            .find("--seeds: knn does not depend on the seed") == 0);
+  CHECK(error_with([](ProbeOptions& o) { o.head = "logreg", o.lr = "1e-3", o.weight_decay = "0", o.seeds = "0,1"; })
+            .find("--seeds: logreg does not depend on the seed") == 0);
+}

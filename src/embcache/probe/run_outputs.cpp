@@ -116,14 +116,15 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
 std::string history_csv(const nlohmann::json& metrics) {
   const std::string primary = metrics.value("primary_metric", std::string());
   std::ostringstream csv;
-  csv << "epoch,combination,head,levels,lr,weight_decay,train_loss,val_" << primary << ",seconds\n";
+  csv << "epoch,combination,head,levels,lr,weight_decay,train_loss,val_" << primary << ",seconds,train_fraction,seed\n";
   for (const auto& row : metrics["history"]) {
     const auto& v = row["val"].value(primary, nlohmann::json(nullptr));
     csv << row["epoch"].get<std::int64_t>() << "," << csv_field(row["combination"].get<std::string>()) << ","
         << row["head"].get<std::string>() << "," << row["levels"].get<std::string>() << ","
         << format_number(row["lr_base"].get<double>()) << "," << format_number(row["weight_decay"].get<double>()) << ","
         << format_number(row["train_loss"].get<double>()) << "," << (v.is_number() ? format_number(v.get<double>()) : "")
-        << "," << format_number(row["seconds"].get<double>()) << "\n";
+        << "," << format_number(row["seconds"].get<double>()) << "," << format_number(row.value("train_fraction", 1.0)) << ","
+        << row.value("seed", std::uint64_t(0)) << "\n";
   }
   return csv.str();
 }
