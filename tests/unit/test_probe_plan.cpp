@@ -212,3 +212,19 @@ TEST_CASE("plan_probe: seeds and fractions that cannot work get one line each" *
   CHECK(error_with([](ProbeOptions& o) { o.head = "logreg", o.lr = "1e-3", o.weight_decay = "0", o.seeds = "0,1"; })
             .find("--seeds: logreg does not depend on the seed") == 0);
 }
+
+TEST_CASE("plan_probe: --batch-size auto is 64 rows for dense tasks and 256 otherwise" * doctest::test_suite("probe")) {
+  ProbeOptions o = grid_options();
+  CHECK(plan_probe(o).batch_size == 256);
+  CHECK(resolved_options_json(plan_probe(o))["batch_size"] == 256);  // as run ids recorded it before "auto"
+  o.task = "segmentation";
+  o.head = "conv";
+  o.levels = "2";
+  CHECK(plan_probe(o).batch_size == 64);
+  o.batch_size = "32";
+  CHECK(plan_probe(o).batch_size == 32);
+  for (const char* bad : {"0", "-4", "64x", "big"}) {
+    o.batch_size = bad;
+    CHECK(usage_error(o) == std::string("--batch-size: expected auto or a number of rows (at least 1), got \"") + bad + "\"");
+  }
+}

@@ -12,7 +12,7 @@ namespace embcache {
 namespace {
 
 std::string shared_key(const ProbeRun& run) {
-  nlohmann::json j = probe_options_to_json(run.options);
+  nlohmann::json j = resolved_options_json(run.plan);
   for (const char* k : {"lr", "weight_decay", "C", "k", "train_fraction", "seed", "head", "levels", "out"}) j.erase(k);
   return run.group + "\n" + j.dump();
 }

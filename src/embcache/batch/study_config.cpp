@@ -567,7 +567,7 @@ class StudyParser {
                     "\"C\": [0.01, 0.1, 1, 10]; \"auto\" is the command line's 11 values");
       return false;
     }
-    nlohmann::json identity = probe_options_to_json(run.options);
+    nlohmann::json identity = resolved_options_json(run.plan);
     identity.erase("out");
     identity.erase("quiet");
     for (const auto& field : probe_fields()) {

@@ -64,7 +64,7 @@ std::string cache_state(const PrecomputeEntry& entry) {
 // Per-run metrics.json: the pass's file narrowed to this run's combination.
 nlohmann::json run_metrics(const nlohmann::json& pass, const ProbeRun& run, const CombinationOutcome& c, std::size_t fused) {
   nlohmann::json j = pass;
-  j["options"] = probe_options_to_json(run.options);
+  j["options"] = resolved_options_json(run.plan);
   j["best"] = {{"combination", c.id}, {"head", c.head}, {"levels", c.levels}, {"lr", c.lr},
                {"weight_decay", c.weight_decay}, {"epoch", c.best_epoch}, {"train_fraction", c.train_fraction},
                {"train_rows", c.train_rows}, {"seed", c.seed}};

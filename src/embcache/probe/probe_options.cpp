@@ -41,7 +41,7 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("weight-decay", "Weight decay; comma list = grid", &O::weight_decay).shape = S::kList;
     t.last().grid = t.last().numeric = true;
     t.add("epochs", "Epochs", &O::epochs);
-    t.add("batch-size", "Rows per batch", &O::batch_size);
+    t.add("batch-size", "Rows per batch; auto = 64 for segmentation and pixel-regression, 256 otherwise", &O::batch_size);
     t.add("schedule", "cosine, constant or step", &O::schedule);
     t.add("warmup-epochs", "Linear warm-up (fractions allowed)", &O::warmup_epochs);
     t.add("seed", "Seed of initialisation, shuffling and dropout", &O::seed);

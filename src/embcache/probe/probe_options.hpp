@@ -31,7 +31,7 @@ struct ProbeOptions {
   std::string lr = "1e-3";          // comma list: grid
   std::string weight_decay = "0";   // comma list: grid
   std::int64_t epochs = 20;
-  std::int64_t batch_size = 256;
+  std::string batch_size = "auto";  // rows per batch; auto: 64 for dense tasks, 256 otherwise
   std::string schedule = "cosine";  // cosine | constant | step
   double warmup_epochs = 0.0;
   std::uint64_t seed = 0;

@@ -48,6 +48,7 @@ struct ProbePlan {
   OptimizerKind optimizer = OptimizerKind::kAdamW;
   Schedule schedule = Schedule::kCosine;
   c10::Device device{c10::kCPU};
+  std::int64_t batch_size = 256;  // --batch-size resolved (auto: 64 for dense tasks)
   TierRequest tier = TierRequest::kAuto;
   std::optional<std::int64_t> gpu_budget, host_budget;  // bytes; nullopt: auto
   StandardizeMode standardize = StandardizeMode::kAuto;
@@ -64,6 +65,10 @@ struct ProbePlan {
 // --head, --levels, --lr and --weight-decay (logreg: --C; knn: --k), --train-fraction and
 // --seeds, in that order.
 ProbePlan plan_probe(const ProbeOptions& options);
+
+// The options as metrics.json and run ids record them: probe_options_to_json with --batch-size
+// resolved to its number, as it was written before "auto" existed (so run ids stay).
+nlohmann::json resolved_options_json(const ProbePlan& plan);
 
 // The distinct values of one grid field, as a person writes them: "linear,mlp", "0.001,0.01".
 std::string grid_heads_text(const std::vector<ProbeCombination>& grid);

@@ -416,7 +416,7 @@ class Trainer {
     in.row_bytes = resident_row_bytes(columns);
     in.rows = data.train().size() + data.val().size() + data.test().size();
     in.val_rows = data.val().size();
-    in.batch_size = options.batch_size;
+    in.batch_size = plan.batch_size;
     in.host_budget = plan.host_budget.value_or(available_host_bytes() / 2);
     if (device.is_cuda()) {
       const std::int64_t free = free_gpu_bytes(device.index() < 0 ? 0 : device.index());
@@ -432,7 +432,7 @@ class Trainer {
     // k-NN reads the train split in blocks against every query: large blocks, fewer merges,
     // where the features are resident (a stream keeps the batches its budget allows).
     const std::int64_t batch_size =
-        knn() && tier != FeedTier::kStream ? std::max<std::int64_t>(options.batch_size, 4096) : options.batch_size;
+        knn() && tier != FeedTier::kStream ? std::max<std::int64_t>(plan.batch_size, 4096) : plan.batch_size;
     const auto t_load = Clock::now();
     train_feed = std::make_unique<FeatureFeed>(data, 0, columns, tier, device, batch_size, buffer_bytes);
     val_feed = std::make_unique<FeatureFeed>(data, 1, columns, val_tier, device, batch_size, buffer_bytes);
@@ -651,11 +651,17 @@ class Trainer {
     });
     std::vector<LogregFit> fits(order.size());
     const LogregFit* previous = nullptr;
+    const LogregFit* before = nullptr;  // the fit before `previous`
+    auto c_of = [&](const LogregFit* f) { return combos[bank.combos[std::size_t(f - fits.data())]].C; };
     for (std::int64_t g : order) {
       if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
+      const double c = combos[bank.combos[std::size_t(g)]].C;
+      LogregFit start;
+      if (before) start = predicted_start(*before, c_of(before), *previous, c_of(previous), c);
       LogregFit& fit = fits[std::size_t(g)];
-      fit = fit_logreg(z, y, data_->num_outputs(), combos[bank.combos[std::size_t(g)]].C, weights, previous);
+      fit = fit_logreg(z, y, data_->num_outputs(), c, weights, before ? &start : previous);
       bank.heads.load_member_state(g, {fit.weight.to(at::kFloat), fit.bias.to(at::kFloat)});
+      before = previous;
       previous = &fit;
     }
     return fits;
@@ -904,7 +910,7 @@ class Trainer {
   RunFacts run_facts() const {
     const ProbeData& data = *data_;
     RunFacts facts;
-    facts.options = probe_options_to_json(options);
+    facts.options = resolved_options_json(plan);
     facts.task = task_name(task);
     facts.num_outputs = data.num_outputs();
     facts.class_names = data.caches().front()->label_kinds().class_names;
