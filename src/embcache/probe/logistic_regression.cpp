@@ -66,12 +66,4 @@ LogregFit fit_logreg(const at::Tensor& z, const at::Tensor& y, std::int64_t clas
   return fit;
 }
 
-LogregFit predicted_start(const LogregFit& at_c0, double c0, const LogregFit& at_c1, double c1, double c) {
-  const double t = std::log(c / c1) / std::log(c1 / c0);
-  LogregFit start;
-  start.weight = at_c1.weight + (at_c1.weight - at_c0.weight) * t;
-  start.bias = at_c1.bias + (at_c1.bias - at_c0.bias) * t;
-  return start;
-}
-
 }  // namespace embcache

@@ -27,9 +27,4 @@ struct LogregFit {
 LogregFit fit_logreg(const at::Tensor& z, const at::Tensor& y, std::int64_t classes, double c,
                      const at::Tensor& class_weights, const LogregFit* warm);
 
-// Where a path's next fit at `c` starts: the line through the two previous solutions (at c0 <
-// c1), extrapolated in log C to c (a continuation method's predictor step). Near the path it
-// starts closer than the last solution alone; L-BFGS then converges to the same tolerance.
-LogregFit predicted_start(const LogregFit& at_c0, double c0, const LogregFit& at_c1, double c1, double c);
-
 }  // namespace embcache

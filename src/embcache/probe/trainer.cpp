@@ -651,17 +651,11 @@ class Trainer {
     });
     std::vector<LogregFit> fits(order.size());
     const LogregFit* previous = nullptr;
-    const LogregFit* before = nullptr;  // the fit before `previous`
-    auto c_of = [&](const LogregFit* f) { return combos[bank.combos[std::size_t(f - fits.data())]].C; };
     for (std::int64_t g : order) {
       if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
-      const double c = combos[bank.combos[std::size_t(g)]].C;
-      LogregFit start;
-      if (before) start = predicted_start(*before, c_of(before), *previous, c_of(previous), c);
       LogregFit& fit = fits[std::size_t(g)];
-      fit = fit_logreg(z, y, data_->num_outputs(), c, weights, before ? &start : previous);
+      fit = fit_logreg(z, y, data_->num_outputs(), combos[bank.combos[std::size_t(g)]].C, weights, previous);
       bank.heads.load_member_state(g, {fit.weight.to(at::kFloat), fit.bias.to(at::kFloat)});
-      before = previous;
       previous = &fit;
     }
     return fits;
