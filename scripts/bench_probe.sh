@@ -8,6 +8,7 @@
 #   cached          >= 20 x the same training with the encoder in the loop
 #   knn             k = 10, 20, 50 in <= 1.5 x one float32 matrix product of the same sizes
 #   logreg          a 10-value C path in <= 0.5 x 10 separate fits (and against scikit-learn)
+#   dense heads     seconds per epoch of fpn, unet and upernet against the conv head
 # GPU tier: only when CUDA is available.
 # Usage: scripts/bench_probe.sh [WORK_DIR]   (default: a temporary directory)
 # From an existing build (a GPU node, no apt): BUILD_DIR=DIR with DIR/apps/embcache/embcache built
@@ -107,7 +108,37 @@ if $PY -c 'import sklearn' 2>/dev/null; then
 fi
 
 echo
-echo "== 6. GPU tier =="
+echo "== 6. dense heads: seconds per epoch on the demo segmentation data (8,000 train crops, 28x28 masks) =="
+# Levels of the demo CNN: 0 is 16x14x14, 1 is 32x7x7; batch auto (64 on a dense task).
+SEG=$WORK/seg
+[[ -f $SEG/seg.h5 ]] || {
+  $PY scripts/make_demo_data.py "$SEG" --train 8000 --val 1000 --test 2000 >/dev/null
+  "$E" precompute --encoder "$SEG/demo_encoder.pt" --dataset "$SEG/fashion_mnist_seg.h5" --out "$SEG/seg.h5" \
+    --scale 0.00392157 --mean 0.286 --std 0.353 --dtype float16 --quiet --no-fsync
+}
+dense() {  # dense NAME HEAD LEVELS [options]: seconds per training epoch
+  local name=$1 head=$2 levels=$3
+  shift 3
+  "$E" train-probe --cache "$SEG/seg.h5" --out "$WORK/$name" --task segmentation --head "$head" --levels "$levels" \
+    --epochs 2 --quiet "$@" >/dev/null
+  $PY -c 'import json,sys; t=json.load(open(sys.argv[1]))["timing"]; print(f"{t[\"train_seconds\"] / t[\"epochs\"]:.2f}")' \
+    "$WORK/$name/metrics.json"
+}
+conv=$(dense d-conv conv 1)
+echo "conv (level 1, width 128): ${conv}s per epoch"
+for spec in "fpn 0+1" "unet 0+1" "upernet 1 --hidden 128" "upernet 0+1 --hidden 128"; do
+  set -- $spec
+  s=$(dense "d-${spec// /_}" "$@")
+  echo "$spec: ${s}s per epoch, $(ratio "$s" "$conv") x the conv head"
+done
+# UPerNet at its default width (512, as PANGAEA) costs about 16x its width-128 FLOPs: on a CPU
+# it is timed on 1/8 of the train rows and scaled to the whole split.
+s=$(dense d-upernet-512 upernet 1 --train-fraction 0.125)
+s=$($PY -c 'import sys; print(f"{float(sys.argv[1]) * 8:.2f}")' "$s")
+echo "upernet 1 (width 512): ${s}s per epoch (from 1/8 of the rows), $(ratio "$s" "$conv") x the conv head"
+
+echo
+echo "== 7. GPU tier =="
 if $PY -c 'import sys; sys.exit(0)' && "$E" train-probe --help >/dev/null && [[ -e /dev/nvidia0 ]]; then
   g=$(probe gpu-linear --levels 1 --device cuda --tier gpu)
   gh=$(probe gpu-host-linear --levels 1 --device cuda --tier host)
