@@ -2,6 +2,7 @@
 #include "doctest_torch.hpp"
 
 #include <fstream>
+#include <set>
 #include <string>
 
 #include "embcache/batch/pass_fusion.hpp"
@@ -135,6 +136,41 @@ TEST_CASE("fusion: a full grid is one pass whose grid lists the runs in order; a
   REQUIRE(partial.size() == 2);
   REQUIRE(partial[0].runs == std::vector<std::size_t>{0});
   REQUIRE(partial[1].runs == std::vector<std::size_t>{2, 3});
+}
+
+TEST_CASE("seeds and fractions: \"seeds\" is a seed grid; runs differing in seed or fraction fuse into one pass") {
+  StudyDir d;
+  const Study study = d.load(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 1, "lr": 1e-2,
+                                 "seeds": [0, 1, 2], "train_fraction": [0.1, 1]})");
+  REQUIRE(study.runs.size() == 6);
+  std::set<std::pair<std::uint64_t, double>> points;
+  for (const auto& run : study.runs) {
+    REQUIRE(run.options.seeds.empty());  // each run has one seed, as "seed" would give it
+    points.insert({run.plan.grid[0].seed, run.plan.grid[0].train_fraction});
+    REQUIRE(run.varying.contains("seed"));
+  }
+  REQUIRE(points.size() == 6);
+  // "seeds" names the same runs as "seed": the same ids.
+  const Study same = d.load(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 1, "lr": 1e-2,
+                                "seed": [0, 1, 2], "train_fraction": [0.1, 1]})");
+  std::set<std::string> ids, same_ids;
+  for (std::size_t i = 0; i < 6; ++i) ids.insert(study.runs[i].id), same_ids.insert(same.runs[i].id);
+  REQUIRE(ids == same_ids);
+  REQUIRE(study.runs[1].plan.grid[0].seed == 1);  // "seeds" vary fastest, as --seeds does
+  const std::vector<Pass> passes = fuse_runs(study, {0, 1, 2, 3, 4, 5});
+  REQUIRE(passes.size() == 1);
+  REQUIRE(grid_seed_count(passes[0].plan.grid) == 3);
+  REQUIRE(passes[0].plan.grid[5].train_fraction == study.runs[5].plan.grid[0].train_fraction);
+  // A run at the default fraction and seed keeps the id it had before these options existed.
+  const Study plain = d.load(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 1, "lr": 1e-2})");
+  const Study explicit_default = d.load(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 1,
+                                            "lr": 1e-2, "train_fraction": 1, "seed_mode": "full"})");
+  REQUIRE(plain.runs[0].id == explicit_default.runs[0].id);
+  CHECK(contains(d.problems(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 1,
+                               "seed": 1, "seeds": [0, 1]})"),
+                 "probes[0].seeds: give \"seed\" or \"seeds\", not both"));
+  CHECK(contains(d.problems(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 1, "seeds": 3})"),
+                 "probes[0].seeds: expected a list of seeds, e.g. [0, 1, 2]"));
 }
 
 }  // TEST_SUITE
