@@ -83,6 +83,8 @@ int main(int argc, char** argv) {
   app.add_option("--crop-size", options.crop_size);
   app.add_option("--batch-size", options.batch_size);
   app.add_option("--dtype", options.dtype);
+  app.add_option("--levels", options.levels);
+  app.add_option("--scale", options.scale);
   app.add_option("--segment-mb", options.segment_mb);
   app.add_flag("!--fsync-off", options.fsync);
   app.add_option("--plain-write-mb", plain_mb);

@@ -1,0 +1,67 @@
+#!/usr/bin/env bash
+# Real architectures through precompute against the same TorchScript file alone (issue 22).
+# MobileNetV2, ResNet-50, ConvNeXt-T and ViT-B/16 from Debian's python3-torchvision, random
+# weights (the time of a forward call does not depend on them), 4 taps each, levels 2 and 3
+# stored as float16, batch 64, --threads 2, uint8 inputs of 96-128 px. Per architecture, in
+# REPEATS interleaved rounds:
+#   encoder-only   the same batches through a fresh copy of the encoder in the same process
+#                  (bench_precompute: warm-up included, as in the run)
+#   enc in run     precompute's encoder_seconds;  wall: precompute's wall time
+#   py forward     scripts/encoder_loop.py: the forward calls alone, in a plain Python loop
+#   py script      the same loop with its serial h5py reads, conversion and h5py writes
+# Prints the medians (min-max) and the ratios the issue's targets are about.
+# Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; EXTRA="--opt ..."
+# passes options to bench_precompute.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD_DIR:-build}
+[[ -n ${BUILD_DIR:-} && -x $BUILD/bench/bench_precompute ]] || scripts/setup.sh >/dev/null
+PY=${PYTHON:-/usr/bin/python3}
+if ! $PY -c 'import torchvision' 2>/dev/null; then
+  [[ $(id -u) -eq 0 ]] || { echo "bench_encoders: needs python3-torchvision (apt-get install python3-torchvision)" >&2; exit 1; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-torchvision >/dev/null
+fi
+WORK=${1:-$(mktemp -d /tmp/embcache-bench-encoders-XXXXXX)}
+mkdir -p "$WORK"
+REPEATS=${REPEATS:-5}
+B=$BUILD/bench/bench_precompute
+# glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
+# allocator scope does for its encoder thread), so the peer is not slowed by page faults.
+export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
+$PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" 2>/dev/null >"$WORK/models.jsonl"
+mapfile -t MODELS < <($PY -c 'import json,sys
+for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"])' "$WORK/models.jsonl")
+echo "$(nproc) cores; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
+for round in $(seq "$REPEATS"); do
+  for m in "${MODELS[@]}"; do
+    read -r name enc data <<<"$m"
+    sync
+    "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
+      --threads 2 --scale 0.00392157 --plain-write-mb 16 ${EXTRA:-} >"$WORK/$name-run-$round.json"
+    rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.segments"
+    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 >"$WORK/$name-forward-$round.json"
+    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode script --out "$WORK/py-$name.h5" \
+      >"$WORK/$name-script-$round.json"
+    rm -f "$WORK/py-$name.h5"
+  done
+  echo "round $round done"
+done
+$PY - "$WORK" "$REPEATS" "${MODELS[@]}" <<'PY'
+import json, statistics, sys
+work, repeats, models = sys.argv[1], int(sys.argv[2]), [m.split()[0] for m in sys.argv[3:]]
+def series(name, kind, key):
+    return [json.load(open(f"{work}/{name}-{kind}-{r}.json"))[key] for r in range(1, repeats + 1)]
+def cell(v):
+    return f"{statistics.median(v):6.2f} ({min(v):.2f}-{max(v):.2f})"
+cols = ["encoder-only", "enc in run", "wall", "py forward", "py script"]
+print(f"{'model':14} " + " ".join(f"{c:>20}" for c in cols) +
+      "   enc/only  wall/only  wall/pyfwd  wall/pyscript  slow mode (enc max/min)")
+for m in models:
+    only, enc = series(m, "run", "encoder_only_seconds"), series(m, "run", "encoder_seconds")
+    wall, fwd, script = series(m, "run", "seconds"), series(m, "forward", "forward_seconds"), series(m, "script", "seconds")
+    med = statistics.median
+    print(f"{m:14} " + " ".join(f"{cell(v):>20}" for v in (only, enc, wall, fwd, script)) +
+          f"   {med(enc) / med(only):8.3f}  {med(wall) / med(only):9.3f}  {med(wall) / med(fwd):10.3f}"
+          f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):.3f}")
+print("targets: enc/only <= 1.05, wall/only <= 1.10, wall/pyfwd <= 1.10, wall/pyscript < 1, slow mode <= 1.15")
+PY

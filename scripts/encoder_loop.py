@@ -1,0 +1,70 @@
+#!/usr/bin/python3
+"""The plain-Python peer of `embcache precompute` for scripts/bench_encoders.sh: the same
+TorchScript file over the same uint8 images in batches, under torch.inference_mode().
+
+  --mode forward  the forward calls alone (images read and converted before the clock starts)
+  --mode script   the whole serial script a user would write: read a batch with h5py, convert
+                  it to float, run the encoder, write the chosen outputs as float16 with h5py
+
+Usage: encoder_loop.py ENCODER DATASET --levels 1,2 [--batch 64] [--threads 2] [--mode forward]
+                       [--out OUT.h5]
+Prints one JSON object: seconds, forward_seconds, batches. Run it with MALLOC_MMAP_THRESHOLD_ set
+high (bench_encoders.sh does) so glibc reuses freed activations instead of mapping fresh pages.
+"""
+import argparse
+import json
+import time
+
+import h5py
+import numpy as np
+import torch
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("encoder")
+    p.add_argument("dataset")
+    p.add_argument("--levels", required=True)
+    p.add_argument("--batch", type=int, default=64)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--mode", choices=["forward", "script"], default="forward")
+    p.add_argument("--out", default="")
+    args = p.parse_args()
+    torch.set_num_threads(args.threads)
+    torch._C._jit_override_can_fuse_on_cpu(False)  # as embcache and upstream's default
+    model = torch.jit.load(args.encoder).eval()
+    levels = [int(v) for v in args.levels.split(",")]
+    scale = 1.0 / 255.0
+    with h5py.File(args.dataset, "r") as f:
+        n = f["images"].shape[0]
+        if args.mode == "forward":
+            images = f["images"][:]
+    forward = 0.0
+    t0 = time.perf_counter()
+    out = h5py.File(args.out, "w") if args.mode == "script" else None
+    src = h5py.File(args.dataset, "r") if args.mode == "script" else None
+    written = {}
+    with torch.inference_mode():
+        for start in range(0, n, args.batch):
+            raw = src["images"][start:start + args.batch] if src else images[start:start + args.batch]
+            x = torch.from_numpy(raw).float().mul_(scale)
+            t = time.perf_counter()
+            ys = model(x)
+            forward += time.perf_counter() - t
+            if out is None:
+                continue
+            for i in levels:
+                y = ys[i].numpy().astype(np.float16)
+                if i not in written:
+                    written[i] = out.create_dataset(f"levels/{i}", shape=(n,) + y.shape[1:], dtype=np.float16,
+                                                    chunks=(min(64, n),) + y.shape[1:])
+                written[i][start:start + len(y)] = y
+    if out is not None:
+        out.close()
+        src.close()
+    print(json.dumps({"seconds": time.perf_counter() - t0, "forward_seconds": forward,
+                      "batches": (n + args.batch - 1) // args.batch, "mode": args.mode}))
+
+
+if __name__ == "__main__":
+    main()

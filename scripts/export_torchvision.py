@@ -1,0 +1,114 @@
+#!/usr/bin/python3
+"""Real architectures for scripts/bench_encoders.sh: MobileNetV2, ResNet-50, ConvNeXt-T and
+ViT-B/16 from Debian's python3-torchvision with random weights (seeded; weights do not change
+the time of a forward call), traced with several taps, and a uint8 array dataset per input size.
+
+Usage: export_torchvision.py OUT_DIR [--only NAME,...]
+Writes OUT_DIR/NAME.pt (TorchScript returning a list of tapped tensors), OUT_DIR/data-SIZE.h5,
+and prints one JSON line per model: name, input size, rows, the taps' shapes.
+"""
+import argparse
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+import torch.nn as nn
+import torchvision
+
+
+class Taps(nn.Module):
+    """Runs `blocks` in order on the input and returns the outputs of the blocks in `taps`."""
+
+    def __init__(self, stem, blocks, taps):
+        super().__init__()
+        self.stem = stem
+        self.blocks = nn.ModuleList(blocks)
+        self.taps = taps
+
+    def forward(self, x):
+        x = self.stem(x)
+        out = []
+        for i, block in enumerate(self.blocks):
+            x = block(x)
+            if i in self.taps:
+                out.append(x)
+        return out
+
+
+class VitTaps(nn.Module):
+    """ViT-B/16 token sequences after encoder layers `taps` (1-based), [B, 1 + N, 768] each."""
+
+    def __init__(self, vit, taps):
+        super().__init__()
+        self.vit = vit
+        self.taps = taps
+
+    def forward(self, x):
+        v = self.vit
+        x = v._process_input(x)
+        x = torch.cat([v.class_token.expand(x.shape[0], -1, -1), x], dim=1)
+        x = v.encoder.dropout(x + v.encoder.pos_embedding)
+        out = []
+        for i, layer in enumerate(v.encoder.layers):
+            x = layer(x)
+            if i + 1 in self.taps:
+                out.append(x)
+        return out
+
+
+def models():
+    tv = torchvision.models
+    mobilenet = tv.mobilenet_v2(weights=None).features
+    resnet = tv.resnet50(weights=None)
+    convnext = tv.convnext_tiny(weights=None).features
+    vit = tv.vit_b_16(weights=None, image_size=128)
+    return {
+        # The issue's taps: after blocks 3, 6, 13 and 18 of `features` (0-based indices 3, 6, 13, 18).
+        "mobilenet_v2": (Taps(nn.Identity(), list(mobilenet), {3, 6, 13, 18}), 96),
+        "resnet50": (Taps(nn.Sequential(resnet.conv1, resnet.bn1, resnet.relu, resnet.maxpool),
+                          [resnet.layer1, resnet.layer2, resnet.layer3, resnet.layer4], {0, 1, 2, 3}), 112),
+        "convnext_tiny": (Taps(nn.Identity(), list(convnext), {1, 3, 5, 7}), 112),
+        "vit_b_16": (VitTaps(vit, {3, 6, 9, 12}), 128),
+    }
+
+
+# Rows per model so that one precompute runs 10-30 s on the 2-core build machine.
+ROWS = {"mobilenet_v2": 6400, "resnet50": 960, "convnext_tiny": 768, "vit_b_16": 192}
+
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("out_dir")
+    p.add_argument("--only", default="")
+    args = p.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    only = set(filter(None, args.only.split(",")))
+    torch.manual_seed(0)
+    for name, (module, size) in models().items():
+        if only and name not in only:
+            continue
+        module.eval()
+        example = torch.zeros(2, 3, size, size)
+        with torch.no_grad():
+            traced = torch.jit.trace(module, example, check_trace=False)
+            shapes = [list(t.shape[1:]) for t in traced(example)]
+        path = os.path.join(args.out_dir, name + ".pt")
+        traced.save(path)
+        rows = ROWS[name]
+        data = os.path.join(args.out_dir, f"data-{size}-{rows}.h5")
+        if not os.path.exists(data):
+            rng = np.random.default_rng(0)
+            with h5py.File(data, "w") as f:
+                f.create_dataset("images", data=rng.integers(0, 256, (rows, 3, size, size), dtype=np.uint8),
+                                 chunks=(64, 3, size, size))
+                f.create_dataset("labels", data=rng.integers(0, 10, rows, dtype=np.int64))
+                f.create_dataset("splits", data=["train"] * rows, dtype=h5py.string_dtype("utf-8"))
+        print(json.dumps({"name": name, "encoder": path, "dataset": data, "size": size, "rows": rows, "taps": shapes}))
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    main()
