@@ -31,6 +31,24 @@ std::string num(double v, int precision) {
   return s.str();
 }
 
+namespace {
+
+// The <svg> element's opening: its size, the title, the plot frame, the y range's two ticks and
+// the y label. data-points counts what the chart draws.
+void open_chart(std::ostringstream& o, std::size_t count, double w, double h, double left, double top, double pw, double ph,
+                const std::string& title, const std::string& y_label, double y0, double y1) {
+  o << "<svg class=\"chart\" data-points=\"" << count << "\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
+    << " " << h << "\" xmlns=\"http://www.w3.org/2000/svg\">";
+  o << "<text x=\"" << left << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>";
+  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph << "\" class=\"frame\"/>";
+  o << "<text x=\"" << left - 5 << "\" y=\"" << top + ph << "\" class=\"tick\" text-anchor=\"end\">" << num(y0) << "</text>";
+  o << "<text x=\"" << left - 5 << "\" y=\"" << top + 10 << "\" class=\"tick\" text-anchor=\"end\">" << num(y1) << "</text>";
+  o << "<text x=\"14\" y=\"" << top + ph / 2 << "\" class=\"label\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
+    << top + ph / 2 << ")\">" << esc(y_label) << "</text>";
+}
+
+}  // namespace
+
 // A line chart with min/max ticks on both axes and a legend; data-points counts the points drawn.
 std::string line_chart(const std::string& title, const std::string& x_label, const std::string& y_label,
                        const std::vector<Series>& series, bool log_x) {
@@ -52,18 +70,11 @@ std::string line_chart(const std::string& title, const std::string& x_label, con
   auto px = [&](double x) { return left + (fx(x) - x0) / (x1 - x0) * pw; };
   auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
   std::ostringstream o;
-  o << "<svg class=\"chart\" data-points=\"" << count << "\" width=\"" << w << "\" height=\"" << h
-    << "\" viewBox=\"0 0 " << w << " " << h << "\" xmlns=\"http://www.w3.org/2000/svg\">";
-  o << "<text x=\"" << left << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>";
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph << "\" class=\"frame\"/>";
+  open_chart(o, count, w, h, left, top, pw, ph, title, y_label, y0, y1);
   auto tick_x = [&](double v) { return log_x ? num(std::pow(10.0, v), 3) : num(v, 4); };
   o << "<text x=\"" << left << "\" y=\"" << h - bottom + 15 << "\" class=\"tick\">" << tick_x(x0) << "</text>";
   o << "<text x=\"" << left + pw << "\" y=\"" << h - bottom + 15 << "\" class=\"tick\" text-anchor=\"end\">" << tick_x(x1) << "</text>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + ph << "\" class=\"tick\" text-anchor=\"end\">" << num(y0) << "</text>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + 10 << "\" class=\"tick\" text-anchor=\"end\">" << num(y1) << "</text>";
   o << "<text x=\"" << left + pw / 2 << "\" y=\"" << h - 8 << "\" class=\"label\" text-anchor=\"middle\">" << esc(x_label) << "</text>";
-  o << "<text x=\"14\" y=\"" << top + ph / 2 << "\" class=\"label\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
-    << top + ph / 2 << ")\">" << esc(y_label) << "</text>";
   for (std::size_t i = 0; i < series.size(); ++i) {
     const char* color = kColors[i % 10];
     std::ostringstream pts;
@@ -111,14 +122,7 @@ std::string bar_chart(const std::string& title, const std::string& y_label, cons
   const double bar = slot * 0.8 / double(series.size());
   auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
   std::ostringstream o;
-  o << "<svg class=\"chart\" data-points=\"" << count << "\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
-    << " " << h << "\" xmlns=\"http://www.w3.org/2000/svg\">";
-  o << "<text x=\"" << left << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>";
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph << "\" class=\"frame\"/>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + ph << "\" class=\"tick\" text-anchor=\"end\">" << num(y0) << "</text>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + 10 << "\" class=\"tick\" text-anchor=\"end\">" << num(y1) << "</text>";
-  o << "<text x=\"14\" y=\"" << top + ph / 2 << "\" class=\"label\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
-    << top + ph / 2 << ")\">" << esc(y_label) << "</text>";
+  open_chart(o, count, w, h, left, top, pw, ph, title, y_label, y0, y1);
   for (std::size_t c = 0; c < categories.size(); ++c) {
     o << "<text x=\"" << left + slot * (double(c) + 0.5) << "\" y=\"" << h - bottom + 15
       << "\" class=\"tick\" text-anchor=\"middle\">" << esc(categories[c]) << "</text>";
@@ -158,14 +162,7 @@ std::string spread_chart(const std::string& title, const std::string& y_label, c
   const double pw = w - left - right, ph = h - top - bottom, slot = pw / double(columns.size());
   auto py = [&](double y) { return top + (1 - (y - y0) / (y1 - y0)) * ph; };
   std::ostringstream o;
-  o << "<svg class=\"chart\" data-points=\"" << count << "\" width=\"" << w << "\" height=\"" << h << "\" viewBox=\"0 0 " << w
-    << " " << h << "\" xmlns=\"http://www.w3.org/2000/svg\">";
-  o << "<text x=\"" << left << "\" y=\"18\" class=\"title\">" << esc(title) << "</text>";
-  o << "<rect x=\"" << left << "\" y=\"" << top << "\" width=\"" << pw << "\" height=\"" << ph << "\" class=\"frame\"/>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + ph << "\" class=\"tick\" text-anchor=\"end\">" << num(y0) << "</text>";
-  o << "<text x=\"" << left - 5 << "\" y=\"" << top + 10 << "\" class=\"tick\" text-anchor=\"end\">" << num(y1) << "</text>";
-  o << "<text x=\"14\" y=\"" << top + ph / 2 << "\" class=\"label\" text-anchor=\"middle\" transform=\"rotate(-90 14 "
-    << top + ph / 2 << ")\">" << esc(y_label) << "</text>";
+  open_chart(o, count, w, h, left, top, pw, ph, title, y_label, y0, y1);
   for (std::size_t c = 0; c < columns.size(); ++c) {
     const Spread& col = columns[c];
     const double cx = left + slot * (double(c) + 0.5);

@@ -343,7 +343,7 @@ class Trainer {
     const std::vector<std::size_t> group_of = build_groups();
     std::map<std::pair<std::size_t, std::size_t>, std::size_t> shared;  // (config, group) -> bank
     std::vector<std::vector<std::uint64_t>> member_seeds;
-    std::vector<std::size_t> bank_config, bank_of;
+    std::vector<std::size_t> bank_config, bank_group, bank_of;
     for (std::size_t i = 0; i < plan.grid.size(); ++i) {
       const std::size_t k = config_of[i], g = group_of[i];
       const auto found = configs[k].bankable() ? shared.find({k, g}) : shared.end();
@@ -351,6 +351,7 @@ class Trainer {
       if (found == shared.end()) {
         member_seeds.emplace_back();
         bank_config.push_back(k);
+        bank_group.push_back(g);
         groups_[g].banks.push_back(b);
         if (configs[k].bankable()) shared[{k, g}] = b;
       }
@@ -359,7 +360,7 @@ class Trainer {
     }
     for (std::size_t b = 0; b < member_seeds.size(); ++b) {
       const HeadConfig& config = configs[bank_config[b]];
-      Bank bank{HeadBank(config, member_seeds[b], groups_[group_of_bank(b)].seed, device), {}, {}, nullptr};
+      Bank bank{HeadBank(config, member_seeds[b], groups_[bank_group[b]].seed, device), {}, {}, nullptr};
       for (const auto& name : config.levels) bank.inputs.push_back(column_of.at(name));
       banks.push_back(std::move(bank));
     }
@@ -397,13 +398,6 @@ class Trainer {
       }
       bank.optimizer = std::make_unique<BankOptimizer>(plan.optimizer, bank.heads.parameters(), lr, wd);
     }
-  }
-
-  std::size_t group_of_bank(std::size_t b) const {
-    for (std::size_t g = 0; g < groups_.size(); ++g) {
-      if (std::find(groups_[g].banks.begin(), groups_[g].banks.end(), b) != groups_[g].banks.end()) return g;
-    }
-    throw std::logic_error("train-probe: a bank outside every train group");
   }
 
   const FractionRows& fraction_of(const Combination& c) const { return fractions_[groups_[c.group].fraction]; }
