@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <string>
 
+#include "embcache/cli/compact_command.hpp"
 #include "embcache/cli/inspect_command.hpp"
 #include "embcache/cli/precompute_command.hpp"
 #include "embcache/cli/run_command.hpp"
@@ -24,6 +25,7 @@ int main(int argc, char** argv) {
   embcache::setup_precompute(app);
   embcache::setup_train_probe(app);
   embcache::setup_inspect(app);
+  embcache::setup_compact(app);
   embcache::setup_run(app);
   embcache::setup_report(app);
   // A mistyped subcommand would otherwise be reported as "A subcommand is required".

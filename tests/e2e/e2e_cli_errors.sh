@@ -111,11 +111,11 @@ fx same full-reference.h5 seg.h5
 disk_full cons.h5 --segment-mb 4
 committed=$("$PYTHON" -c "
 import glob, h5py
-print(sum(len(h5py.File(f, 'r')['index/window']) for f in glob.glob('cons.h5.segments/seg-*.h5')))")
+print(sum(len(h5py.File(f, 'r')['index/window']) for f in glob.glob('cons.h5.runs/all/seg-*.h5')))")
 [[ $committed -gt 0 ]] || fail "no commit record survived the failed run"
 skipped=$(skipped_after_rerun cons.h5)
 [[ $skipped -eq $committed ]] || fail "the rerun skipped $skipped crops, but $committed were committed"
-[[ ! -e cons.h5.segments ]] || fail "the rerun left its commit records behind"
+[[ ! -e cons.h5.runs ]] || fail "the rerun left its commit records behind"
 fx same full-reference.h5 cons.h5
 
 # Ctrl-C: stops cleanly, exit 130, everything finished is in the cache, a rerun completes it.
@@ -127,7 +127,7 @@ HEAVY=(--encoder "$ENC/heavy.pt" --dataset long.h5 --crop-size 32 --quiet --batc
 "$EMBCACHE" precompute "${HEAVY[@]}" --out int.h5 --segment-mb 4 >/dev/null 2>int.err &
 pid=$!
 for _ in $(seq 600); do
-  compgen -G "int.h5.segments/seg-*.h5" >/dev/null && break
+  compgen -G "int.h5.runs/all/seg-*.h5" >/dev/null && break
   sleep 0.05
 done
 kill -INT "$pid"
@@ -135,7 +135,7 @@ rc=0
 wait "$pid" || rc=$?
 [[ $rc -eq 130 ]] || fail "Ctrl-C: expected exit 130, got $rc: $(cat int.err)"
 grep -q "rerun the same command to finish" int.err || fail "Ctrl-C message: $(cat int.err)"
-[[ -e int.h5 && ! -e int.h5.segments ]] || fail "Ctrl-C did not consolidate what was done"
+[[ -e int.h5 && ! -e int.h5.runs ]] || fail "Ctrl-C did not consolidate what was done"
 # The cache says it is short, and readers repeat it: a probe must not train on part of a split
 # without a word.
 "$EMBCACHE" inspect int.h5 >inspect.txt

@@ -45,7 +45,7 @@ for ((k = 1; k <= KILLS; k++)); do
     kills=$((kills + 1))
     wait "$pid" || true
     check_readable || fail "cache unreadable after kill $k (delay $delay)"
-    echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.segments 2>/dev/null | wc -l) segment files pending"
+    echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.runs/all 2>/dev/null | wc -l) segment files pending"
   else
     # The run finished before the kill: the cycle is complete. Check it, then start over so
     # later kills land mid-run again.
@@ -53,13 +53,13 @@ for ((k = 1; k <= KILLS; k++)); do
     fx same reference.h5 cache.h5 >/dev/null || fail "cycle ending at run $k: cache differs from the reference"
     cycles=$((cycles + 1))
     echo "run $k finished before the kill: cache identical to the reference; starting a new cycle"
-    rm -rf cache.h5 cache.h5.segments
+    rm -rf cache.h5 cache.h5.runs cache.h5.parts
   fi
 done
 [[ $kills -ge 1 ]] || fail "no run was killed; the workload is too small for this machine"
 
 "$EMBCACHE" precompute "${OPTS[@]}" --out cache.h5 --summary-json final.json
 fx same reference.h5 cache.h5
-[[ ! -e cache.h5.segments ]] || fail "segments left after a finished run"
+[[ ! -e cache.h5.runs ]] || fail "segments left after a finished run"
 [[ ! -e cache.h5.lock && ! -e cache.h5.tmp ]] || fail "lock or tmp file left after a finished run"
 echo "e2e_crash: $kills kills over $((cycles + 1)) cycles, final cache identical to the uninterrupted run"

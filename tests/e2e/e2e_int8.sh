@@ -71,12 +71,12 @@ PY
 "$EMBCACHE" "${pre[@]}" --out crash.h5 --dtype int8 --batch-size 16 --commit-seconds 0.01 &
 pid=$!
 for _ in $(seq 1 200); do
-  [[ -n $(ls crash.h5.segments/seg-*.h5 2>/dev/null) ]] && break
+  [[ -n $(ls crash.h5.runs/all/seg-*.h5 2>/dev/null) ]] && break
   sleep 0.02
 done
 kill -9 $pid 2>/dev/null || true
 wait $pid 2>/dev/null || true
-[[ -n $(ls crash.h5.segments/seg-*.h5 2>/dev/null) ]] || fail "the run ended before it could be killed with commits pending"
+[[ -n $(ls crash.h5.runs/all/seg-*.h5 2>/dev/null) ]] || fail "the run ended before it could be killed with commits pending"
 "$EMBCACHE" "${pre[@]}" --out crash.h5 --dtype int8 --batch-size 16 >/dev/null
 "$EMBCACHE" "${pre[@]}" --out whole.h5 --dtype int8 --batch-size 16
 fx same crash.h5 whole.h5 || fail "the recovered int8 cache differs"

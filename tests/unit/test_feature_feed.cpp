@@ -9,7 +9,7 @@
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/feature_feed.hpp"
 #include "embcache/probe/probe_data.hpp"
-#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_reader.hpp"
 #include "test_support.hpp"
 
 using namespace embcache;
@@ -94,7 +94,7 @@ TEST_CASE("feature feed: int8 maps are held as int8 with their scales and delive
   o.task = "classification";
   o.val_fraction = 0.25;
   const ProbeData data(o, ProbeTask::kClassification);
-  const CacheFileReader& cache = *data.caches().front();
+  const CacheReader& cache = *data.caches().front();
   const LevelSpec& level = data.level("1");  // [16, 4, 4]
   const FeedColumn column = level_column(data, level, /*pooled=*/false);
   REQUIRE(column.quantized);

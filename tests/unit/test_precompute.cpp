@@ -22,7 +22,7 @@
 #include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/precompute.hpp"
-#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_store.hpp"
 #include "test_support.hpp"
 
@@ -89,7 +89,7 @@ struct StoreArgs {
   std::vector<LevelSpec> levels;
   LabelKinds kinds;
   StorageOptions storage;
-  explicit StoreArgs(const CacheFileReader& r)
+  explicit StoreArgs(const CacheReader& r)
       : signature(r.signature()), levels(r.levels()), kinds(r.label_kinds()), storage(r.storage()) {}
   std::unique_ptr<CacheStore> open(const std::string& path) const {
     return std::make_unique<CacheStore>(path, signature, kinds, storage, CommitPolicy{}, false);
@@ -124,7 +124,7 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
         first.seconds);
   CHECK(j["seconds_before_first_encoder_call"].get<double>() == first.seconds_before_first_encoder_call);
   const auto before = fs::last_write_time(s.cache);
-  const auto content = CacheFileReader(s.cache).content_id();
+  const auto content = CacheReader(s.cache).content_id();
   REQUIRE(content);
   CHECK(content->size() == 32);
   REQUIRE(count_calls(s.options(), &second) == 0);
@@ -138,7 +138,7 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   CHECK(contains(second.one_line(), "0 computed, 24 cached"));
   CHECK(!contains(second.one_line(), "crops/s"));
   CHECK(contains(second.one_line(), "nothing to encode on cpu"));
-  CacheFileReader reader(s.cache);
+  CacheReader reader(s.cache);
   CHECK(reader.content_id() == content);  // same rows, same content id
   REQUIRE(reader.rows() == 24);
   REQUIRE(reader.levels().size() == 3);
@@ -158,14 +158,14 @@ TEST_CASE("new windows are computed, old ones skipped") {
   PrecomputeOptions o = s.options();
   o.dataset = s.dir.file("six.h5");
   count_calls(o);
-  const auto six = CacheFileReader(s.cache).content_id();
+  const auto six = CacheReader(s.cache).content_id();
   o.dataset = s.dir.file("eight.h5");
   PrecomputeSummary summary;
   count_calls(o, &summary);
   REQUIRE(summary.crops_skipped == 24);
   REQUIRE(summary.crops_computed == 8);
   REQUIRE(summary.crops_stale == 0);
-  CacheFileReader after(s.cache);
+  CacheReader after(s.cache);
   REQUIRE(after.rows() == 32);
   CHECK(after.content_id() != six);  // new rows, new content id
   // A corrected label is a change too: the window's crops are recomputed, not left stale.
@@ -173,7 +173,7 @@ TEST_CASE("new windows are computed, old ones skipped") {
   testing::write_array_dataset(s.dir.file("eight.h5"), spec);
   count_calls(o, &summary);
   REQUIRE(summary.crops_stale == 4);
-  CacheFileReader relabelled(s.cache);
+  CacheReader relabelled(s.cache);
   REQUIRE(relabelled.rows() == 32);
   CHECK(relabelled.content_id() != after.content_id());
   REQUIRE(relabelled.read_rows(0, 32).label_class.slice(0, 28, 32).eq(0).all().item<bool>());
@@ -182,7 +182,7 @@ TEST_CASE("new windows are computed, old ones skipped") {
 TEST_CASE("changed pixels make a window's crops stale; they are recomputed and replaced") {
   Setup s;
   count_calls(s.options());
-  CacheFileReader old_reader(s.cache);
+  CacheReader old_reader(s.cache);
   const RowBatch old_rows = old_reader.read_rows(0, old_reader.rows());
   testing::overwrite_image_row(s.dataset, 2, at::zeros({3, 20, 24}, at::kByte));
   PrecomputeSummary summary;
@@ -190,7 +190,7 @@ TEST_CASE("changed pixels make a window's crops stale; they are recomputed and r
   REQUIRE(summary.crops_stale == 4);
   REQUIRE(summary.crops_computed == 4);
   REQUIRE(summary.crops_skipped == 20);
-  CacheFileReader reader(s.cache);
+  CacheReader reader(s.cache);
   REQUIRE(reader.rows() == 24);
   const CacheIndex index = reader.read_index();
   const RowBatch rows = reader.read_rows(0, reader.rows());
@@ -216,7 +216,7 @@ TEST_CASE("changed pixels make a window's crops stale; they are recomputed and r
 TEST_CASE("commit records rebuild every committed row bit for bit, from recorded chunk bytes and record tails") {
   Setup s;
   count_calls(s.options());
-  CacheFileReader full(s.cache);
+  CacheReader full(s.cache);
   const RowBatch want = full.read_rows(0, 13);
   const StoreArgs args(full);
   fs::remove(s.cache);
@@ -231,14 +231,14 @@ TEST_CASE("commit records rebuild every committed row bit for bit, from recorded
     store->append(full.read_rows(13, 4));  // never committed
   }  // dropped without consolidating, as a SIGKILL would
   REQUIRE_FALSE(fs::exists(s.cache));
-  REQUIRE(fs::exists(s.cache + ".segments/next.h5"));
+  REQUIRE(fs::exists(s.cache + ".runs/all/next.h5"));
   {
     auto store = args.open(s.cache);
     REQUIRE(store->recovered_rows() == 13);
     REQUIRE(store->committed().size() == 13);
   }
-  REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
-  CacheFileReader recovered(s.cache);
+  REQUIRE_FALSE(fs::exists(s.cache + ".runs"));
+  CacheReader recovered(s.cache);
   REQUIRE(recovered.rows() == 13);
   testing::require_same_rows(recovered.read_rows(0, 13), want);
 }
@@ -253,9 +253,9 @@ TEST_CASE("a run that commits many times installs the file it built, copying not
   PrecomputeSummary summary;
   count_calls(o, &summary);
   REQUIRE(summary.rows_copied_at_end == 0);
-  REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
-  const RowBatch a = CacheFileReader(reference_setup.cache).read_rows(0, 24);
-  const RowBatch b = CacheFileReader(s.cache).read_rows(0, 24);
+  REQUIRE_FALSE(fs::exists(s.cache + ".runs"));
+  const RowBatch a = CacheReader(reference_setup.cache).read_rows(0, 24);
+  const RowBatch b = CacheReader(s.cache).read_rows(0, 24);
   for (std::size_t i = 0; i < a.levels.size(); ++i) REQUIRE(at::equal(a.levels[i], b.levels[i]));
 
   // A compressed cache is compressed once, by one copy at the end.
@@ -264,7 +264,7 @@ TEST_CASE("a run that commits many times installs the file it built, copying not
   gz.compression = "gzip";
   count_calls(gz, &summary);
   REQUIRE(summary.rows_copied_at_end == 24);
-  REQUIRE(CacheFileReader(gz.out).storage().compression.to_string() == "gzip:1");
+  REQUIRE(CacheReader(gz.out).storage().compression.to_string() == "gzip:1");
 }
 
 TEST_CASE("the committed rows of a crashed run are kept and installed by the next run") {
@@ -272,7 +272,7 @@ TEST_CASE("the committed rows of a crashed run are kept and installed by the nex
   // A run that dies after committing: simulated by committing and dropping the store.
   PrecomputeOptions o = s.options();
   count_calls(o);
-  CacheFileReader full(s.cache);
+  CacheReader full(s.cache);
   const RowBatch rows = full.read_rows(0, 10);
   const StoreArgs args(full);
   fs::remove(s.cache);
@@ -289,17 +289,17 @@ TEST_CASE("the committed rows of a crashed run are kept and installed by the nex
   count_calls(o, &summary);
   REQUIRE(summary.crops_skipped == 10);
   REQUIRE(summary.crops_computed == 14);
-  REQUIRE(CacheFileReader(s.cache).rows() == 24);
-  REQUIRE_FALSE(fs::exists(s.cache + ".segments"));
+  REQUIRE(CacheReader(s.cache).rows() == 24);
+  REQUIRE_FALSE(fs::exists(s.cache + ".runs"));
 }
 
 TEST_CASE("a cache is marked complete only by a run that finished; a finished rerun clears the mark") {
   Setup s;
   PrecomputeOptions o = s.options();
   count_calls(o);
-  CHECK(CacheFileReader(s.cache).complete() == true);
-  CHECK(cache_shortfall(CacheFileReader(s.cache)).empty());
-  CacheFileReader full(s.cache);
+  CHECK(CacheReader(s.cache).complete() == true);
+  CHECK(cache_shortfall(CacheReader(s.cache)).empty());
+  CacheReader full(s.cache);
   const StoreArgs args(full);
   const RowBatch all = full.read_rows(0, 24);
   fs::remove(s.cache);
@@ -316,13 +316,13 @@ TEST_CASE("a cache is marked complete only by a run that finished; a finished re
     // through the one copy that rewrites the mark.
     auto store = args.open(s.cache);
     REQUIRE(store->recovered_rows() == 24);
-    CHECK(CacheFileReader(s.cache).complete() == false);
-    CHECK(contains(cache_shortfall(CacheFileReader(s.cache)), "was interrupted, so crops are missing"));
-    recovered_content = CacheFileReader(s.cache).content_id();
+    CHECK(CacheReader(s.cache).complete() == false);
+    CHECK(contains(cache_shortfall(CacheReader(s.cache)), "was interrupted, so crops are missing"));
+    recovered_content = CacheReader(s.cache).content_id();
     const ConsolidateStats stats = store->consolidate(/*complete=*/true);
     CHECK(stats.copied_rows == 24);
   }
-  CacheFileReader after(s.cache);
+  CacheReader after(s.cache);
   CHECK(after.complete() == true);
   CHECK(after.content_id() == recovered_content);  // the copy that clears the mark changes no row
   CHECK(after.rows() == 24);
@@ -337,8 +337,8 @@ TEST_CASE("a cache is marked complete only by a run that finished; a finished re
     store->append(one);
     store->consolidate(/*complete=*/false);
   }
-  CHECK(CacheFileReader(s.cache).complete() == false);
-  CHECK(CacheFileReader(s.cache).rows() == 25);
+  CHECK(CacheReader(s.cache).complete() == false);
+  CHECK(CacheReader(s.cache).rows() == 25);
   {
     auto store = args.open(s.cache);
     RowBatch one = after.read_rows(1, 1);
@@ -347,13 +347,13 @@ TEST_CASE("a cache is marked complete only by a run that finished; a finished re
     store->commit();
   }
   CHECK(pending_commit_records(s.cache) == 1);
-  CHECK(contains(cache_shortfall(CacheFileReader(s.cache)), "rows it committed are not in the file yet"));
+  CHECK(contains(cache_shortfall(CacheReader(s.cache)), "rows it committed are not in the file yet"));
 }
 
 TEST_CASE("a second writer is refused while the first holds the lock") {
   Setup s;
   count_calls(s.options());
-  CacheFileReader reader(s.cache);
+  CacheReader reader(s.cache);
   CacheStore first(s.cache, reader.signature(), reader.label_kinds(), reader.storage(), CommitPolicy{}, false);
   const std::string message = error_of<IoError>(s.options());
   REQUIRE(contains(message, "being written by another embcache process"));
@@ -369,10 +369,10 @@ TEST_CASE("signature mismatch names the differing fields; --overwrite rebuilds")
   REQUIRE(contains(message, "dtype"));
   REQUIRE(contains(message, "preprocessing"));
   REQUIRE(contains(message, "--overwrite"));
-  REQUIRE(CacheFileReader(s.cache).rows() == 24);  // untouched
+  REQUIRE(CacheReader(s.cache).rows() == 24);  // untouched
   o.overwrite = true;
   REQUIRE_NOTHROW(precompute(o));
-  REQUIRE(CacheFileReader(s.cache).storage().dtype == StorageDtype::kFloat16);
+  REQUIRE(CacheReader(s.cache).storage().dtype == StorageDtype::kFloat16);
   PrecomputeOptions other = s.options("multi_traced.pt");
   REQUIRE(contains(error_of<InputError>(other), "encoder_sha256"));
 }
@@ -382,7 +382,7 @@ TEST_CASE("levels are selected by index or dict key; unknown levels are refused 
   PrecomputeOptions o = s.options("dict_scripted.pt");
   o.levels = "pooled";
   precompute(o);
-  CacheFileReader reader(s.cache);
+  CacheReader reader(s.cache);
   REQUIRE(reader.levels().size() == 1);
   REQUIRE(reader.levels()[0].name == "pooled");
   REQUIRE(reader.levels()[0].row_shape == std::vector<std::int64_t>{4});
@@ -396,7 +396,7 @@ TEST_CASE("levels are selected by index or dict key; unknown levels are refused 
   PrecomputeOptions by_index = t.options();
   by_index.levels = "2,0";
   precompute(by_index);
-  CacheFileReader r2(t.cache);
+  CacheReader r2(t.cache);
   REQUIRE(r2.levels()[0].name == "2");
   REQUIRE(r2.levels()[1].name == "0");
   REQUIRE(r2.levels()[1].stride == 2);
@@ -552,8 +552,8 @@ TEST_CASE("uint16 pixels beyond int16's range are read exactly") {
     precompute(o);
     caches.push_back(o.out);
   }
-  const RowBatch a = CacheFileReader(caches[0]).read_rows(0, 2);
-  const RowBatch b = CacheFileReader(caches[1]).read_rows(0, 2);
+  const RowBatch a = CacheReader(caches[0]).read_rows(0, 2);
+  const RowBatch b = CacheReader(caches[1]).read_rows(0, 2);
   REQUIRE(at::equal(a.levels[0], b.levels[0]));
 }
 

@@ -44,8 +44,8 @@ std::string fixture(const std::string& name);
 
 // The options of the tests' small precompute: the fixture `encoder` over `dataset` into `out`,
 // 16-pixel crops overlapping by 4, batches of 4, one thread, quiet, no fsync.
-// REQUIREs that two blocks of cache rows are equal: keys, hashes, class labels, masks and every
-// level, whole.
+// REQUIREs that two blocks of cache rows are equal: keys, hashes, class labels, masks (where
+// there are) and every level, whole.
 void require_same_rows(const RowBatch& got, const RowBatch& want);
 
 PrecomputeOptions small_precompute(const std::string& encoder, const std::string& dataset, const std::string& out);

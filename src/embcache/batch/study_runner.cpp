@@ -19,7 +19,7 @@
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/run_outputs.hpp"
 #include "embcache/probe/trainer.hpp"
-#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_store.hpp"
 #include "embcache/h5/h5.hpp"
 
@@ -53,7 +53,7 @@ std::string cache_state(const PrecomputeEntry& entry) {
     }
   }
   try {
-    CacheFileReader reader(out);
+    CacheReader reader(out);
     return "exists: " + std::to_string(reader.rows()) + " rows, " + format_bytes(double(fs::file_size(out))) +
            " (a rerun computes only what is missing or changed)";
   } catch (const Error& e) {
@@ -170,7 +170,7 @@ class StudyPlan {
       auto [it, fresh] = content_memo_.try_emplace(cache);
       if (fresh) {
         try {
-          if (fs::exists(cache)) it->second = CacheFileReader(cache).content_id().value_or("");
+          if (fs::exists(cache)) it->second = CacheReader(cache).content_id().value_or("");
         } catch (const Error&) {  // unreadable: not what any run was trained on; the pass will say why
         }
       }

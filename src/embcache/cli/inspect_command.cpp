@@ -10,8 +10,9 @@
 
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
-#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_schema.hpp"
+#include "embcache/dataset/window_shard.hpp"
 #include "embcache/store/cache_store.hpp"
 
 namespace fs = std::filesystem;
@@ -26,6 +27,93 @@ void setup_inspect(CLI::App& app) {
   sub->callback([options] { run_inspect_command(*options); });
 }
 
+namespace {
+
+// The parts of a view (empty for a cache of one file): file, rows shown, shard, provenance.
+nlohmann::json describe_parts(const CacheReader& reader) {
+  nlohmann::json parts = nlohmann::json::array();
+  if (!reader.is_view()) return parts;
+  std::vector<std::int64_t> visible(reader.parts().parts.size(), 0);
+  for (const RowSegment& s : reader.parts().segments) visible[std::size_t(s.part)] += s.count;
+  for (std::size_t p = 0; p < reader.parts().parts.size(); ++p) {
+    const CachePart& part = reader.parts().parts[p];
+    parts.push_back({{"file", part.file}, {"rows", part.rows}, {"visible_rows", visible[p]}, {"bytes", part.bytes},
+                     {"shard", part.shard}, {"complete", part.complete}, {"computed_with", part.computed_with}});
+  }
+  return parts;
+}
+
+// Per shard count N seen in the cache's parts and run folders: which shards are done,
+// interrupted (the newest part is short), failed (a dead run left commits), running or missing.
+nlohmann::json describe_shards(const CacheReader& reader, const std::vector<RunState>& runs) {
+  std::map<std::int64_t, std::map<std::int64_t, std::string>> state;
+  for (const CachePart& part : reader.parts().parts) {
+    const ShardSpec spec = shard_from_text(part.shard);
+    if (!spec.whole()) state[spec.count][spec.index] = part.complete ? "done" : "interrupted";
+  }
+  for (const RunState& run : runs) {
+    const ShardSpec spec = shard_from_text(run.shard);
+    if (spec.whole()) continue;
+    if (run.active) {
+      state[spec.count][spec.index] = "running";
+    } else if (run.records > 0) {
+      state[spec.count][spec.index] = "failed";
+    }
+  }
+  nlohmann::json shards = nlohmann::json::array();
+  for (const auto& [count, known] : state) {
+    nlohmann::json entry = {{"count", count}};
+    for (const char* key : {"done", "interrupted", "failed", "running", "missing"}) entry[key] = nlohmann::json::array();
+    for (std::int64_t i = 0; i < count; ++i) {
+      const auto it = known.find(i);
+      entry[it == known.end() ? "missing" : it->second].push_back(i);
+    }
+    shards.push_back(entry);
+  }
+  return shards;
+}
+
+// "0 1 5" from a JSON list of numbers.
+std::string join_ints(const nlohmann::json& values) {
+  std::string out;
+  for (const auto& v : values) out += (out.empty() ? "" : " ") + std::to_string(v.get<std::int64_t>());
+  return out;
+}
+
+void print_parts_and_shards(const nlohmann::json& j) {
+  const auto& parts = j["parts"];
+  if (!parts.empty()) {
+    std::printf("  parts: %zu (view over %s.parts/)\n", parts.size(), j["path"].get<std::string>().c_str());
+    const std::size_t shown = std::min<std::size_t>(parts.size(), 20);
+    for (std::size_t p = 0; p < shown; ++p) {
+      const auto& part = parts[p];
+      const auto& with = part["computed_with"];
+      std::string how = with.is_object() ? with.value("device", std::string("?")) + ", torch " +
+                                               with.value("torch", std::string("?")) + ", amp " +
+                                               with.value("amp", std::string("?"))
+                                         : "provenance not recorded";
+      std::printf("    %-52s shard %-7s rows %lld/%lld%s  %s\n", part["file"].get<std::string>().c_str(),
+                  part["shard"].get<std::string>().c_str(), (long long)part["visible_rows"].get<std::int64_t>(),
+                  (long long)part["rows"].get<std::int64_t>(), part["complete"].get<bool>() ? "" : " (interrupted)",
+                  how.c_str());
+    }
+    if (shown < parts.size()) std::printf("    ... and %zu more (--json lists them all)\n", parts.size() - shown);
+  } else if (j["computed_with"].is_object()) {
+    const auto& with = j["computed_with"];
+    std::printf("  computed with: %s, torch %s, amp %s\n", with.value("device", std::string("?")).c_str(),
+                with.value("torch", std::string("?")).c_str(), with.value("amp", std::string("?")).c_str());
+  }
+  for (const auto& shards : j["shards"]) {
+    std::printf("  shards of %lld:", (long long)shards["count"].get<std::int64_t>());
+    for (const char* key : {"done", "interrupted", "failed", "running", "missing"}) {
+      if (!shards[key].empty()) std::printf(" %s %s;", key, join_ints(shards[key]).c_str());
+    }
+    std::printf("\n");
+  }
+}
+
+}  // namespace
+
 nlohmann::json inspect_cache(const std::string& path) {
   const std::int64_t pending = pending_commit_records(path);
   if (!fs::exists(path)) {
@@ -35,20 +123,30 @@ nlohmann::json inspect_cache(const std::string& path) {
     }
     throw InputError(path + ": no such cache file");
   }
-  CacheFileReader reader(path);
+  const CacheReader reader(path, CacheReader::MissingParts::kSkip);
   nlohmann::json j;
   j["path"] = path;
-  j["format"] = h5::read_attr_int(reader.file(), "embcache_format").value_or(1);
+  j["format"] = reader.format();
   j["embcache_version"] = reader.embcache_version();
   j["rows"] = reader.rows();
   j["signature"] = reader.signature();
   j["compression"] = reader.storage().compression.to_string();
   j["dtype"] = to_string(reader.storage().dtype);
-  j["file_bytes"] = std::int64_t(fs::file_size(path));
+  j["file_bytes"] = cache_bytes(reader);
   j["pending_segments"] = pending;
   j["complete"] = reader.complete() ? nlohmann::json(*reader.complete()) : nlohmann::json(nullptr);
   j["content_id"] = reader.content_id() ? nlohmann::json(*reader.content_id()) : nlohmann::json(nullptr);
-  j["writer_active"] = fs::exists(path + ".lock");
+  j["writer_active"] = false;
+  nlohmann::json runs = nlohmann::json::array();
+  for (const RunState& run : run_states(path)) {
+    runs.push_back({{"shard", run.shard}, {"active", run.active}, {"pending_commits", run.records}});
+    if (run.active) j["writer_active"] = true;
+  }
+  j["runs"] = runs;
+  j["computed_with"] = reader.signature().value("computed_with", nlohmann::json());
+  j["parts"] = describe_parts(reader);
+  j["missing_parts"] = reader.missing_parts();
+  j["shards"] = describe_shards(reader, run_states(path));
   const CacheIndex index = reader.read_index();
   std::map<std::string, std::int64_t> splits;
   for (const auto& s : index.splits) ++splits[s];
@@ -64,11 +162,7 @@ nlohmann::json inspect_cache(const std::string& path) {
   j["groups"] = groups;
   nlohmann::json levels = nlohmann::json::array();
   for (const auto& level : reader.levels()) {
-    h5::Handle ds = h5::open_dataset(reader.file(), std::string(cache_paths::kLevels) + "/" + level.name);
-    std::int64_t bytes = h5::storage_size(ds.get());
-    if (reader.storage().dtype == StorageDtype::kInt8) {
-      bytes += h5::storage_size(h5::open_dataset(reader.file(), std::string(cache_paths::kScales) + "/" + level.name).get());
-    }
+    const std::int64_t bytes = reader.level_storage_bytes(level);
     const LevelOrigin& o = level.origin;
     nlohmann::json entry = {{"name", level.name},     {"index", level.index}, {"shape", level.row_shape},
                             {"stride", level.stride}, {"bytes", bytes},       {"source", level_source_name(o.source)},
@@ -171,8 +265,17 @@ std::string describe_crops(const nlohmann::json& sig) {
 
 void run_inspect_command(const InspectOptions& options) {
   const nlohmann::json j = inspect_cache(options.cache);
+  // Missing parts: everything readable is described, then one line says which parts are not.
+  const auto refuse_missing = [&] {
+    if (j["missing_parts"].empty()) return;
+    std::string list;
+    for (const auto& m : j["missing_parts"]) list += (list.empty() ? "" : ", ") + m.get<std::string>();
+    throw InputError(options.cache + ": parts cannot be read: " + list +
+                     "; the other parts are intact; rerun the precompute of their shards to compute their rows again");
+  };
   if (options.json) {
     std::printf("%s\n", j.dump(2).c_str());
+    refuse_missing();
     return;
   }
   const auto& sig = j["signature"];
@@ -216,6 +319,7 @@ void run_inspect_command(const InspectOptions& options) {
                 where.c_str(), origin.empty() ? bytes.c_str() : (bytes + std::string(bytes.size() < 10 ? 10 - bytes.size() : 0, ' ') + "  " + origin).c_str());
   }
   std::printf("  labels: %s\n", describe_labels(label_kinds_from_json(j["labels"])).c_str());
+  print_parts_and_shards(j);
   if (j["pending_segments"].get<std::int64_t>() > 0) {
     std::printf("  note: %lld commits of a run are not yet in this file (a run is active or was "
                 "interrupted; the next precompute installs them)\n",
@@ -224,6 +328,7 @@ void run_inspect_command(const InspectOptions& options) {
     std::printf("  note: incomplete: the precompute that wrote it was interrupted, so crops are missing; "
                 "rerun it to finish\n");
   }
+  refuse_missing();
 }
 
 }  // namespace embcache

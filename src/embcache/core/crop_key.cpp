@@ -19,6 +19,17 @@ std::string CropKey::map_key() const {
   return key;
 }
 
+std::uint64_t window_key_hash(const std::string& group, const std::string& window) {
+  std::uint64_t h = 1469598103934665603ull;
+  auto mix = [&](const std::string& s) {
+    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
+    h = (h ^ 0xff) * 1099511628211ull;
+  };
+  mix(group);
+  mix(window);
+  return h;
+}
+
 std::string CropKey::describe() const {
   return group + "/" + window + "[" + std::to_string(bounds.x1) + "," + std::to_string(bounds.y1) +
          "," + std::to_string(bounds.x2) + "," + std::to_string(bounds.y2) + "]";

@@ -32,4 +32,9 @@ struct CropKey {
   std::string describe() const;
 };
 
+// FNV-1a of a window's key (group, window): the same window always hashes alike, in every run
+// and on every machine. --val-fraction carves and --shard splits by it, so all crops of a window
+// stay together.
+std::uint64_t window_key_hash(const std::string& group, const std::string& window);
+
 }  // namespace embcache

@@ -6,13 +6,15 @@
 #include <memory>
 
 #include "embcache/dataset/rslearn_windows.hpp"
+#include "embcache/dataset/window_shard.hpp"
 #include "embcache/dataset/window_source.hpp"
 
 namespace embcache {
 
 // Lists and validates the windows (InputError naming the file and field), resolves the band
 // sets, and skips windows whose layers are not completed (see WindowSource::skipped). With
-// options.reader_threads > 0 the windows are read ahead on that many threads.
-std::unique_ptr<WindowSource> open_rslearn_dataset(const RslearnOptions& options);
+// options.reader_threads > 0 the windows are read ahead on that many threads. Only the windows of
+// `shard` are listed (and read ahead).
+std::unique_ptr<WindowSource> open_rslearn_dataset(const RslearnOptions& options, const ShardSpec& shard = {});
 
 }  // namespace embcache

@@ -101,6 +101,95 @@ File create_file(const std::string& path) {
   return File(Handle(check(id, "cannot create HDF5 file", path), H5Fclose));
 }
 
+File create_view_file(const std::string& path) {
+  silence_errors_on_this_thread();
+  Handle fapl(check(H5Pcreate(H5P_FILE_ACCESS), "cannot create file access list for", path), H5Pclose);
+  check_status(H5Pset_libver_bounds(fapl.get(), H5F_LIBVER_EARLIEST, H5F_LIBVER_V110), "cannot set format bounds for", path);
+  const hid_t id = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, fapl.get());
+  return File(Handle(check(id, "cannot create HDF5 file", path), H5Fclose));
+}
+
+Dataset create_virtual_dataset(hid_t loc, const std::string& name, hid_t type, const std::vector<hsize_t>& row_shape,
+                               hsize_t rows, const std::vector<VirtualSource>& sources,
+                               const std::vector<std::uint8_t>& fill, const std::string& where) {
+  std::vector<hsize_t> dims{rows};
+  dims.insert(dims.end(), row_shape.begin(), row_shape.end());
+  const Dataspace view_space = simple_space(dims, {}, where);
+  PropertyList dcpl(Handle(check(H5Pcreate(H5P_DATASET_CREATE), "cannot create properties for", where), H5Pclose));
+  if (!fill.empty()) check_status(H5Pset_fill_value(dcpl.get(), type, fill.data()), "cannot set the fill value of", where);
+  std::vector<hsize_t> start(dims.size(), 0), count = dims;
+  for (const VirtualSource& source : sources) {
+    if (source.count == 0) continue;
+    count[0] = source.count;
+    start[0] = source.view_start;
+    check_status(H5Sselect_hyperslab(view_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+                 "cannot select rows of", where);
+    std::vector<hsize_t> source_dims = dims;
+    source_dims[0] = source.source_rows;
+    const Dataspace source_space = simple_space(source_dims, {}, where);
+    start[0] = source.source_start;
+    check_status(H5Sselect_hyperslab(source_space.get(), H5S_SELECT_SET, start.data(), nullptr, count.data(), nullptr),
+                 "cannot select rows of", source.file + ":/" + source.dataset);
+    check_status(H5Pset_virtual(dcpl.get(), view_space.get(), source.file.c_str(), source.dataset.c_str(),
+                                source_space.get()),
+                 "cannot map rows into", where);
+  }
+  check_status(H5Sselect_all(view_space.get()), "cannot select", where);
+  return create_dataset(loc, name, type, view_space.get(), dcpl.get(), where);
+}
+
+namespace {
+
+struct AttributeCopy {
+  hid_t to;
+  const std::string* where;
+};
+
+herr_t copy_one_attribute(hid_t from, const char* name, const H5A_info_t*, void* data) {
+  const auto& copy = *static_cast<AttributeCopy*>(data);
+  const Handle attr(check(H5Aopen(from, name, H5P_DEFAULT), "cannot open attribute of", *copy.where), H5Aclose);
+  const Handle type(check(H5Aget_type(attr.get()), "cannot get the type of an attribute of", *copy.where), H5Tclose);
+  const Handle space(check(H5Aget_space(attr.get()), "cannot get the shape of an attribute of", *copy.where), H5Sclose);
+  const hssize_t n = H5Sget_simple_extent_npoints(space.get());
+  const std::size_t size = H5Tget_size(type.get());
+  const bool vlen = H5Tis_variable_str(type.get()) > 0;
+  std::vector<std::uint8_t> buffer(std::size_t(std::max<hssize_t>(n, 1)) * size);
+  check_status(H5Aread(attr.get(), type.get(), buffer.data()), "cannot read an attribute of", *copy.where);
+  if (H5Aexists(copy.to, name) > 0) H5Adelete(copy.to, name);
+  const Handle out(check(H5Acreate2(copy.to, name, type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT),
+                         "cannot create an attribute of", *copy.where),
+                   H5Aclose);
+  check_status(H5Awrite(out.get(), type.get(), buffer.data()), "cannot write an attribute of", *copy.where);
+  if (vlen) H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, buffer.data());
+  return 0;
+}
+
+}  // namespace
+
+void copy_attributes(hid_t from, hid_t to, const std::string& where) {
+  AttributeCopy copy{to, &where};
+  hsize_t index = 0;
+  check_status(H5Aiterate2(from, H5_INDEX_NAME, H5_ITER_NATIVE, &index, copy_one_attribute, &copy),
+               "cannot copy the attributes of", where);
+}
+
+void write_string_dataset(hid_t loc, const std::string& name, const std::vector<std::string>& values,
+                          const std::string& where) {
+  const Handle type = vlen_utf8_type();
+  const Dataspace space = simple_space({hsize_t(values.size())}, {}, where);
+  const Dataset ds = create_dataset(loc, name, type.get(), space.get(), H5P_DEFAULT, where);
+  std::vector<const char*> pointers;
+  for (const auto& v : values) pointers.push_back(v.c_str());
+  write_whole(ds.get(), type.get(), pointers.data(), where);
+}
+
+void write_int64_dataset(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
+                         const std::vector<std::int64_t>& values, const std::string& where) {
+  const Dataspace space = simple_space(dims, {}, where);
+  const Dataset ds = create_dataset(loc, name, H5T_STD_I64LE, space.get(), H5P_DEFAULT, where);
+  write_whole(ds.get(), H5T_NATIVE_INT64, values.data(), where);
+}
+
 void close_file(Handle& file, const std::string& path) {
   check_status(H5Fclose(file.release()), "cannot close", path);
 }

@@ -70,7 +70,9 @@ std::string version_running();
 
 // Files
 File open_file(const std::string& path, bool writable);
-File create_file(const std::string& path);  // truncates
+File create_file(const std::string& path);  // truncates; the 1.8 format
+// A file for virtual datasets (a cache's view, format 3): the 1.10 format, which they need.
+File create_view_file(const std::string& path);
 void flush(hid_t file, const std::string& path);
 bool is_hdf5(const std::string& path);
 // Closes `file` and checks the close: a full disk shows up here as often as in writes. Every
@@ -102,6 +104,26 @@ std::int64_t storage_size(hid_t dataset);
 void set_extent(hid_t dataset, const std::vector<hsize_t>& dims, const std::string& path);
 // Writes a dataset whole from `data` (nothing for an empty one).
 void write_whole(hid_t dataset, hid_t mem_type, const void* data, const std::string& path);
+
+// A virtual dataset (VDS) of `rows` rows of `row_shape`, each mapping a run of rows of a
+// dataset in another file. `fill` (type's size in bytes, or empty: HDF5's default) is what
+// readers get where a source file is missing.
+struct VirtualSource {
+  std::string file;       // as HDF5 should open it: relative paths are relative to the view file
+  std::string dataset;    // path inside it
+  hsize_t source_rows = 0;  // rows of that dataset
+  hsize_t source_start = 0, view_start = 0, count = 0;
+};
+Dataset create_virtual_dataset(hid_t loc, const std::string& name, hid_t type, const std::vector<hsize_t>& row_shape,
+                               hsize_t rows, const std::vector<VirtualSource>& sources,
+                               const std::vector<std::uint8_t>& fill, const std::string& where);
+// Copies every attribute of one object to another.
+void copy_attributes(hid_t from, hid_t to, const std::string& where);
+// A small contiguous dataset written whole: strings, or int64 of `dims`.
+void write_string_dataset(hid_t loc, const std::string& name, const std::vector<std::string>& values,
+                          const std::string& where);
+void write_int64_dataset(hid_t loc, const std::string& name, const std::vector<hsize_t>& dims,
+                         const std::vector<std::int64_t>& values, const std::string& where);
 
 // Dataspaces
 Dataspace simple_space(const std::vector<hsize_t>& dims, const std::vector<hsize_t>& maxdims, const std::string& path);

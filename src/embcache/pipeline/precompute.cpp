@@ -128,7 +128,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   std::string encoder_sha256;
   const std::unique_ptr<Encoder> encoder = load_encoder(plan, &encoder_sha256);
   CacheStore store(plan.out, precompute_signature(plan, encoder_sha256, labels, source->signature_fields()), labels,
-                   plan.storage, plan.policy, plan.overwrite);
+                   plan.storage, plan.policy, plan.overwrite, plan.shard.text());
   if (!plan.quiet && store.cache_exists() && plan.storage.compression.kind != Compression::Kind::kNone &&
       store.storage().compression.to_string() != plan.storage.compression.to_string()) {
     std::fprintf(stderr, "embcache: note: %s keeps its compression %s (--overwrite to change it)\n", plan.out.c_str(),
@@ -177,7 +177,9 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   summary.recovered_rows = store.recovered_rows();
   summary.chunks_checksummed_on_io_thread = store.chunks_checksummed_while_writing();
   summary.interrupted = stop_requested();
-  if (std::filesystem::exists(plan.out)) summary.cache_bytes = std::int64_t(std::filesystem::file_size(plan.out));
+  summary.cache_bytes = consolidated.bytes;
+  summary.cache_parts = consolidated.parts;
+  summary.shard = plan.shard.text();
   summary.seconds = seconds_since(started);
   const EncodeStage::Stats& calls = stages.encode.stats;
   if (calls.first_call_start && calls.last_call_end) {

@@ -66,6 +66,9 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("amp", "Autocast on CUDA: none, fp16 or bf16", &O::amp);
     t.add("dtype", "Storage dtype: float32, float16, bfloat16 or int8 (quantised, with scales)", &O::dtype);
     t.add("compression", "none, gzip[:LEVEL], lz4 or blosc-zstd", &O::compression);
+    t.add("shard", "Process shard I of N of the windows (I/N, from 0), or slurm (from SLURM_ARRAY_TASK_ID, _MIN and "
+          "_COUNT); shards write into one cache, concurrently (docs/scale-out.md)", &O::shard).show_default = false;
+    t.last().in_json = false;
     t.add("overwrite", "Replace an existing cache instead of extending it", &O::overwrite);
     t.add("allow-nonfinite", "Store NaN/Inf features instead of failing", &O::allow_nonfinite);
     t.add("quiet", "No progress output", &O::quiet).in_json = false;

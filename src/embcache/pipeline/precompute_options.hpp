@@ -43,7 +43,8 @@ struct PrecomputeOptions {
   std::int64_t segment_mb = 1024;
   bool fsync = true;
   bool drop_behind = false;  // evict written features from the page cache once on disk
-  std::string stage_priority = "auto";  // auto | idle | normal: scheduling of the non-encoder stages
+  std::string stage_priority = "auto";
+  std::string shard;  // "" (the whole dataset), "I/N" or "slurm" (docs/scale-out.md)  // auto | idle | normal: scheduling of the non-encoder stages
   // Dataset format and the rslearn reader's options (docs/dataset-formats.md).
   std::string format = "auto";  // auto | array | rslearn
   std::string layers;

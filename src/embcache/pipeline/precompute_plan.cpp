@@ -90,6 +90,7 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
     if (*plan.batch_size <= 0) throw UsageError(OptionName{"batch-size"}, "must be a positive number or auto");
   }
   plan.amp = parse_amp(o.amp);
+  plan.shard = parse_shard(o.shard);
   plan.device = resolve_device(o.device);
   if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError(OptionName{"amp"}, "needs a CUDA device; on CPU use --amp none");
   if (o.threads < 0) throw UsageError(OptionName{"threads"}, "must be 0 (one per core) or more");
@@ -168,8 +169,8 @@ PrecomputePlan plan_precompute(const PrecomputeOptions& options) {
 }
 
 std::unique_ptr<WindowSource> open_window_source(const PrecomputePlan& plan) {
-  if (plan.format == DatasetFormat::kArray) return open_array_dataset(plan.dataset);
-  return open_rslearn_dataset(plan.rslearn);
+  if (plan.format == DatasetFormat::kArray) return shard_windows(open_array_dataset(plan.dataset), plan.shard);
+  return open_rslearn_dataset(plan.rslearn, plan.shard);
 }
 
 namespace {
@@ -242,6 +243,11 @@ nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::strin
     signature["level_layout"] = layout;
   }
   signature["embcache_version"] = EMBCACHE_VERSION;
+  // Informational: where and how these rows were computed. A cache of parts keeps each part's
+  // (inspect lists them), and refuses parts whose amp differs (store/cache_parts.hpp).
+  static const char* const kAmpNames[] = {"none", "fp16", "bf16"};
+  signature["computed_with"] = {{"device", plan.device.str()}, {"torch", torch_version_running()},
+                                {"amp", kAmpNames[int(plan.amp)]}, {"shard", plan.shard.text()}};
   for (const auto& [k, v] : source_fields.items()) signature[k] = v;
   return signature;
 }

@@ -17,6 +17,7 @@
 #include "embcache/dataset/crop_grid.hpp"
 #include "embcache/dataset/cropper.hpp"
 #include "embcache/dataset/rslearn_dataset.hpp"
+#include "embcache/dataset/window_shard.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/level_layout.hpp"
 #include "embcache/encoder/preprocess.hpp"
@@ -47,6 +48,7 @@ struct PrecomputePlan {
   LayoutOptions layout;                    // tokens, channels-last maps, time axes
   CommitPolicy policy;
   StageScheduling stage_scheduling = StageScheduling::kAuto;
+  ShardSpec shard;                    // the windows this run processes (whole: all of them)
   bool overwrite = false, allow_nonfinite = false, quiet = false;
 
   // The largest batch the encoder stage may form (sizes the crop queue).

@@ -22,6 +22,8 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["bytes_written"] = bytes_written;
   j["mb_per_second"] = seconds > 0 ? double(bytes_written) / 1e6 / seconds : 0.0;
   j["cache_bytes"] = cache_bytes;
+  j["cache_parts"] = cache_parts;
+  j["shard"] = shard;
   j["batch_size"] = batch_size;
   j["batch_size_trials"] = batch_size_trials;
   j["device"] = device;

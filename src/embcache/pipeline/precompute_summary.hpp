@@ -24,7 +24,9 @@ struct PrecomputeSummary {
   double encoder_seconds = 0.0;
   std::int64_t encoder_calls = 0;
   std::int64_t bytes_written = 0;  // feature bytes produced by this run
-  std::int64_t cache_bytes = 0;    // size of the cache file afterwards
+  std::int64_t cache_bytes = 0;    // size of the cache afterwards: the file, and its parts when it has them
+  std::int64_t cache_parts = 0;    // parts of the cache afterwards (0: one file)
+  std::string shard = "0/1";       // --shard
   std::int64_t batch_size = 0;
   nlohmann::json batch_size_trials = nlohmann::json::array();
   std::string device;
@@ -40,7 +42,7 @@ struct PrecomputeSummary {
   double seconds_before_first_encoder_call = 0;
   double seconds_after_last_encoder_call = 0;
   std::int64_t superseded_rows = 0;
-  std::int64_t rows_copied_at_end = 0;  // 0 unless compression or stale rows made the end copy rows
+  std::int64_t rows_copied_at_end = 0;  // 0 unless compression made the end copy this run's rows
   std::int64_t recovered_rows = 0;      // rows an interrupted run had committed, installed first
   std::int64_t chunks_checksummed_on_io_thread = 0;  // whole chunks of this run without row checksums
   std::vector<std::int64_t> input_shape;  // [C, h, w] of one crop given to the encoder (empty: none)

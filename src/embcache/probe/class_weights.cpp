@@ -30,7 +30,7 @@ at::Tensor mask_counts(const ProbeData& data, const std::vector<std::int64_t>& p
       if (keep.empty() || keep[position]) rows.push_back(r);
       ++position;
     }
-    const CacheFileReader& cache = *data.caches()[c];
+    const CacheReader& cache = *data.caches()[c];
     for (std::size_t i = 0; i < rows.size();) {
       const std::int64_t start = rows[i];
       const std::int64_t end = std::min(start + kBlock, cache.rows());

@@ -52,21 +52,23 @@ std::vector<Span> make_spans(const ProbeData& data, const SplitRows& split, std:
   std::vector<Span> spans;
   std::int64_t id = 0;
   for (std::size_t c = 0; c < split.rows.size(); ++c) {
-    const std::int64_t r_per_chunk = data.caches()[c]->chunk_rows();
+    const CacheReader& cache = *data.caches()[c];
+    const std::int64_t r_per_chunk = cache.chunk_rows();
     const auto& rows = split.rows[c];
     std::size_t i = 0;
     while (i < rows.size()) {
+      // A span starts at the chunk of its first row and stays within one part of the cache, so
+      // that every read touches whole chunks of one file.
       Span span;
       span.cache = int(c);
-      span.start = rows[i] / r_per_chunk * r_per_chunk;
-      const std::int64_t limit = std::min(span.start + max_blocks * r_per_chunk, data.caches()[c]->rows());
+      span.start = cache.chunk_around(rows[i]).first;
+      const std::int64_t limit = std::min(span.start + max_blocks * r_per_chunk, cache.run_end(rows[i]));
       while (i < rows.size() && rows[i] < limit) {
         span.offsets.push_back(rows[i] - span.start);
         span.ids.push_back(id++);
         ++i;
       }
-      span.count = std::min(limit, (span.start + span.offsets.back()) / r_per_chunk * r_per_chunk + r_per_chunk) - span.start;
-      span.count = std::min(span.count, data.caches()[c]->rows() - span.start);
+      span.count = std::min(limit, cache.chunk_around(span.start + span.offsets.back()).second) - span.start;
       spans.push_back(std::move(span));
     }
   }

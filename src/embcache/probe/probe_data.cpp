@@ -7,6 +7,7 @@
 #include <sstream>
 #include <unordered_map>
 
+#include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/store/cache_store.hpp"
@@ -14,18 +15,9 @@
 namespace embcache {
 namespace {
 
-// FNV-1a of the window key: the same window always lands on the same side of a --val-fraction
+// The window key's hash: the same window always lands on the same side of a --val-fraction
 // carve, whatever the seed, and all crops of a window stay together (no leakage across splits).
-std::uint64_t window_hash(const std::string& group, const std::string& window) {
-  std::uint64_t h = 1469598103934665603ull;
-  auto mix = [&](const std::string& s) {
-    for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-    h = (h ^ 0xff) * 1099511628211ull;
-  };
-  mix(group);
-  mix(window);
-  return h;
-}
+std::uint64_t window_hash(const std::string& group, const std::string& window) { return window_key_hash(group, window); }
 
 // A crop's key (group, window, bounds) as 64 bits: the window hash, then each bound mixed in.
 std::uint64_t crop_key_hash(const std::string& group, const std::string& window, const std::int64_t* bounds) {
@@ -73,8 +65,8 @@ std::int64_t SplitRows::size() const {
   return n;
 }
 
-void check_caches_for_task(const std::vector<std::unique_ptr<CacheFileReader>>& caches, ProbeTask task) {
-  const CacheFileReader& first = *caches.front();
+void check_caches_for_task(const std::vector<std::unique_ptr<CacheReader>>& caches, ProbeTask task) {
+  const CacheReader& first = *caches.front();
   for (std::size_t i = 1; i < caches.size(); ++i) {
     const auto differences = signature_differences(first.signature(), caches[i]->signature());
     if (!differences.empty()) {
@@ -115,14 +107,14 @@ ProbeData::~ProbeData() = default;
 ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_keys) : task_(task) {
   if (options.caches.empty()) throw UsageError(OptionName{"cache"}, "at least one cache is needed");
   for (const auto& path : options.caches) {
-    caches_.push_back(std::make_unique<CacheFileReader>(path));
+    caches_.push_back(std::make_unique<CacheReader>(path));
     if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
       warnings_.push_back(std::move(shortfall) + " (training on the " + std::to_string(caches_.back()->rows()) +
                           " rows it has)");
     }
   }
   check_caches_for_task(caches_, task);
-  const CacheFileReader& first = *caches_.front();
+  const CacheReader& first = *caches_.front();
   const LabelKinds& labels = first.label_kinds();
   pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
 
@@ -152,24 +144,16 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_ke
   const bool several = caches_.size() > 1;
   std::unordered_map<std::uint64_t, std::size_t> key_cache;
   for (std::size_t c = 0; c < caches_.size(); ++c) {
-    const CacheFileReader& cache = *caches_[c];
-    const hid_t file = cache.file();
+    const CacheReader& cache = *caches_[c];
     for (std::int64_t start = 0; start < cache.rows(); start += kIndexBlock) {
       const hsize_t n = hsize_t(std::min(kIndexBlock, cache.rows() - start));
-      auto column = [&](const char* path) {
-        return h5::read_strings(h5::open_dataset(file, path).get(), hsize_t(start), n, cache.path());
-      };
-      const std::vector<std::string> split_names = column(cache_paths::kSplit);
-      std::vector<std::string> groups, windows;
-      std::vector<std::int64_t> bounds;
-      if (options.val_fraction > 0 || several || window_keys) {
-        groups = column(cache_paths::kGroup);
-        windows = column(cache_paths::kWindow);
-      }
+      const bool keys = options.val_fraction > 0 || several || window_keys;
+      CacheIndex block = cache.read_index(start, std::int64_t(n), {keys, true, false});
+      const std::vector<std::string>& split_names = block.splits;
+      const std::vector<std::string>& groups = block.groups;
+      const std::vector<std::string>& windows = block.windows;
+      const std::vector<std::int64_t>& bounds = block.bounds;
       if (several) {
-        bounds.resize(4 * n);
-        h5::read_rows(h5::open_dataset(file, cache_paths::kBounds).get(), H5T_NATIVE_INT64, hsize_t(start), n,
-                      bounds.data(), cache.path());
         for (std::size_t i = 0; i < n; ++i) {
           const auto [it, fresh] = key_cache.try_emplace(crop_key_hash(groups[i], windows[i], &bounds[4 * i]), c);
           if (fresh || it->second == c) continue;  // within one cache keys are unique
@@ -246,12 +230,7 @@ void ProbeData::load_targets(const ProbeOptions& options) {
   std::vector<at::Tensor> per_cache;
   for (const auto& cache : caches_) {
     // Only the label column: read_rows would also read every feature.
-    const bool classes = task_ == ProbeTask::kClassification;
-    const std::int64_t width = std::max<std::int64_t>(1, cache->label_kinds().value_width);
-    at::Tensor labels = classes ? at::empty({cache->rows()}, at::kLong) : at::empty({cache->rows(), width}, at::kFloat);
-    h5::read_rows(h5::open_dataset(cache->file(), classes ? cache_paths::kLabelClass : cache_paths::kLabelValue).get(),
-                  classes ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, 0, hsize_t(cache->rows()), labels.data_ptr(), cache->path());
-    per_cache.push_back(labels);
+    per_cache.push_back(cache->read_targets(task_ == ProbeTask::kClassification));
   }
   for (int s = 0; s < 3; ++s) targets_[s] = gather_targets(splits_[s], per_cache);
 
@@ -329,7 +308,7 @@ void ProbeData::check_mask_classes(const ProbeOptions& options) {
   }
 }
 
-const LevelSpec& find_level(const CacheFileReader& cache, const std::string& name_or_index) {
+const LevelSpec& find_level(const CacheReader& cache, const std::string& name_or_index) {
   for (const auto& l : cache.levels()) {
     if (l.name == name_or_index) return l;
   }

@@ -11,7 +11,7 @@
 
 #include "embcache/probe/probe_options.hpp"
 #include "embcache/probe/train_fraction.hpp"
-#include "embcache/store/cache_file_reader.hpp"
+#include "embcache/store/cache_reader.hpp"
 
 namespace embcache {
 
@@ -22,10 +22,10 @@ bool is_dense(ProbeTask task);  // segmentation and pixel-regression predict a v
 
 // What ProbeData checks of its caches before reading a row: their signatures agree, and the
 // first carries the labels `task` needs. InputError otherwise.
-void check_caches_for_task(const std::vector<std::unique_ptr<CacheFileReader>>& caches, ProbeTask task);
+void check_caches_for_task(const std::vector<std::unique_ptr<CacheReader>>& caches, ProbeTask task);
 // Resolves a level of `cache` by name, or by encoder output index (a name wins); UsageError
 // listing the levels otherwise.
-const LevelSpec& find_level(const CacheFileReader& cache, const std::string& name_or_index);
+const LevelSpec& find_level(const CacheReader& cache, const std::string& name_or_index);
 
 // The rows of one split, ordered by (cache, row).
 struct SplitRows {
@@ -43,7 +43,7 @@ class ProbeData {
   ~ProbeData();
 
   ProbeTask task() const { return task_; }
-  const std::vector<std::unique_ptr<CacheFileReader>>& caches() const { return caches_; }
+  const std::vector<std::unique_ptr<CacheReader>>& caches() const { return caches_; }
   // find_level on the first cache.
   const LevelSpec& level(const std::string& name_or_index) const;
   const std::vector<LevelSpec>& levels() const { return caches_.front()->levels(); }
@@ -74,7 +74,7 @@ class ProbeData {
   void check_mask_classes(const ProbeOptions& options);
 
   ProbeTask task_;
-  std::vector<std::unique_ptr<CacheFileReader>> caches_;
+  std::vector<std::unique_ptr<CacheReader>> caches_;
   SplitRows splits_[3];
   std::vector<std::uint64_t> train_windows_;  // with window_keys: per train row, in split order
   std::vector<std::string> warnings_;

@@ -94,7 +94,7 @@ struct Bank {
 
 // One head of the grid on one level set, shapes from `cache`: build_grid trains it,
 // preflight_probe only validates it (with `outputs` 0). `out_size` is the mask's {h, w}.
-HeadConfig configure_head(HeadType type, const std::vector<std::string>& level_set, const CacheFileReader& cache,
+HeadConfig configure_head(HeadType type, const std::vector<std::string>& level_set, const CacheReader& cache,
                           std::vector<std::int64_t> out_size, std::int64_t outputs, const ProbePlan& plan) {
   HeadConfig config;
   config.type = type;
@@ -204,13 +204,13 @@ struct ChannelStats {
 }  // namespace
 
 void preflight_probe(const ProbePlan& plan) {
-  std::vector<std::unique_ptr<CacheFileReader>> caches;
-  for (const auto& path : plan.options.caches) caches.push_back(std::make_unique<CacheFileReader>(path));
+  std::vector<std::unique_ptr<CacheReader>> caches;
+  for (const auto& path : plan.options.caches) caches.push_back(std::make_unique<CacheReader>(path));
   if (caches.empty()) throw UsageError(OptionName{"cache"}, "at least one cache is needed");
   check_caches_for_task(caches, plan.task);
   // Each head of the grid on its level set, as build_grid will configure it: shapes come from
   // the cache, so a conv head on a vector level fails here rather than mid-study.
-  const CacheFileReader& first = *caches.front();
+  const CacheReader& first = *caches.front();
   const bool pixel_values = plan.task == ProbeTask::kPixelRegression && first.label_kinds().has_pixel_value;
   const auto out_size = pixel_values ? first.pixel_value_shape() : first.mask_shape();  // as ProbeData
   for (const auto& c : plan.grid) configure_head(c.head, c.levels, first, out_size, /*outputs=*/0, plan);

@@ -49,7 +49,8 @@ std::int64_t format_version_needed(const std::vector<LevelSpec>& levels, Storage
 
 bool is_informational_signature_field(const std::string& key) {
   // "levels" (resolved names) follows from levels_requested and the encoder, which are compared.
-  return key == "embcache_version" || key == "encoder_path" || key == "dataset_path" || key == "levels";
+  return key == "embcache_version" || key == "encoder_path" || key == "dataset_path" || key == "levels" ||
+         key == "computed_with";
 }
 
 std::vector<std::string> signature_differences(const Signature& existing, const Signature& wanted) {

@@ -1,4 +1,4 @@
-// The cache format (versions 1 and 2): dataset paths, the signature that decides whether a cache
+// The cache format (versions 1 to 3): dataset paths, the signature that decides whether a cache
 // may be reused, and the per-level specs. docs/cache-format.md is the human-readable form of this file.
 #pragma once
 
@@ -15,8 +15,9 @@ namespace embcache {
 
 // The newest format this build reads and writes. A file is marked with the lowest version that
 // describes it (format_version_needed), so builds that read only format 1 keep reading caches
-// that use nothing newer.
-constexpr std::int64_t kCacheFormatVersion = 2;
+// that use nothing newer. Format 3 is a view over parts (cache_parts.hpp); each part file, and
+// every cache of one file, is format 1 or 2.
+constexpr std::int64_t kCacheFormatVersion = 3;
 // The signature's `format` field: what a row made with given options means. It rises only when
 // the same options would store different values, so that caches stay extendable across formats.
 constexpr std::int64_t kSignatureFormat = 1;

@@ -22,14 +22,6 @@ namespace fs = std::filesystem;
 namespace embcache {
 namespace {
 
-// 128 random bits in hex: a new name for a new set of rows.
-std::string new_content_id() {
-  std::random_device device;
-  char text[33];
-  for (int i = 0; i < 4; ++i) std::snprintf(text + 8 * i, 9, "%08x", unsigned(device()));
-  return text;
-}
-
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
@@ -40,6 +32,9 @@ constexpr const char* kSegmentPrefix = "seg-";
 constexpr const char* kSegmentSuffix = ".h5";
 constexpr const char* kPartialSuffix = ".partial";
 constexpr const char* kNextFile = "next.h5";
+constexpr const char* kRecoveredFile = "recovered.h5";
+constexpr const char* kPartFile = "part.h5";
+constexpr const char* kOwnerLock = "owner.lock";
 constexpr std::int64_t kWritebackBytes = std::int64_t(32) << 20;
 
 std::string key_of(const CacheIndex& index, std::size_t row) {
@@ -49,11 +44,20 @@ std::string key_of(const CacheIndex& index, std::size_t row) {
   return key.map_key();
 }
 
-// Rows per read when copying `source`: blocks of about 64 MiB of features.
-std::int64_t rows_per_block(const RowSource& source) {
-  return std::max<std::int64_t>(1, (std::int64_t(64) << 20) / std::max<std::int64_t>(source.row_feature_bytes(), 1));
+// "0/1" -> "all", "2/4" -> "shard-2-of-4": a run folder's name.
+std::string run_folder_name(const std::string& shard) {
+  if (shard == "0/1") return "all";
+  const auto slash = shard.find('/');
+  return "shard-" + shard.substr(0, slash) + "-of-" + shard.substr(slash + 1);
 }
 
+// The inverse, for listings; "" for a name that is not a run folder.
+std::string shard_of_folder(const std::string& name) {
+  if (name == "all") return "0/1";
+  const auto of = name.find("-of-");
+  if (name.rfind("shard-", 0) != 0 || of == std::string::npos) return "";
+  return name.substr(6, of - 6) + "/" + name.substr(of + 4);
+}
 // --out and --overwrite touch caches only: a typo must never replace a dataset or another file.
 void refuse_non_cache(const std::string& path) {
   if (const std::string why = not_a_cache_reason(path); !why.empty()) {
@@ -94,20 +98,36 @@ std::vector<std::string> commit_records_in(const std::string& dir, bool remove_p
 
 }  // namespace
 
-void sync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError("cannot open " + path + " to sync it: " + errno_text());
-  const int rc = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError("cannot sync " + path + ": " + std::strerror(saved));
+std::string run_dir_of(const std::string& cache_path, const std::string& shard) {
+  return cache_path + ".runs/" + run_folder_name(shard);
+}
+
+std::vector<RunState> run_states(const std::string& cache_path) {
+  std::vector<RunState> states;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(cache_path + ".runs", ec)) {
+    const std::string shard = shard_of_folder(entry.path().filename().string());
+    if (shard.empty() || !entry.is_directory(ec)) continue;
+    const std::string dir = entry.path().string();
+    states.push_back({shard, file_lock_is_held(dir + "/" + kOwnerLock),
+                      std::int64_t(commit_records_in(dir, /*remove_partial=*/false).size())});
+  }
+  const std::string legacy = cache_path + ".segments";
+  if (fs::is_directory(legacy, ec)) {
+    states.push_back({"legacy", file_lock_is_held(cache_path + ".lock"),
+                      std::int64_t(commit_records_in(legacy, /*remove_partial=*/false).size())});
+  }
+  std::sort(states.begin(), states.end(), [](const RunState& a, const RunState& b) { return a.shard < b.shard; });
+  return states;
 }
 
 std::int64_t pending_commit_records(const std::string& cache_path) {
-  return std::int64_t(commit_records_in(cache_path + ".segments", /*remove_partial=*/false).size());
+  std::int64_t records = 0;
+  for (const RunState& run : run_states(cache_path)) records += run.records;
+  return records;
 }
 
-std::string cache_shortfall(const CacheFileReader& cache) {
+std::string cache_shortfall(const CacheReader& cache) {
   if (pending_commit_records(cache.path()) > 0) {
     return cache.path() + ": a precompute into it is at work or was interrupted, and rows it committed are "
            "not in the file yet; rerun that precompute to install them";
@@ -119,10 +139,23 @@ std::string cache_shortfall(const CacheFileReader& cache) {
   return "";
 }
 
+std::int64_t cache_bytes(const CacheReader& cache) {
+  std::error_code ec;
+  std::int64_t bytes = std::int64_t(fs::file_size(cache.path(), ec));
+  if (cache.is_view()) {
+    for (std::size_t p = 0; p < cache.parts().parts.size(); ++p) {
+      const auto size = fs::file_size(cache.part_path(p), ec);
+      if (!ec) bytes += std::int64_t(size);
+    }
+  }
+  return bytes;
+}
+
 CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
-                       StorageOptions storage, CommitPolicy policy, bool overwrite)
+                       StorageOptions storage, CommitPolicy policy, bool overwrite, std::string shard)
     : path_(std::move(path)),
-      segments_dir_(path_ + ".segments"),
+      shard_(std::move(shard)),
+      segments_dir_(run_dir_of(path_, shard_)),
       wanted_(std::move(wanted)),
       labels_(labels),
       storage_(storage),
@@ -133,67 +166,81 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
     throw IoError(path_ + ": directory " + parent.string() + " does not exist; create it first");
   }
   if (fs::is_directory(path_)) throw IoError(path_ + ": is a directory; --out must name a file");
-  lock_ = std::make_unique<FileLock>(path_ + ".lock",
-                                     "the cache is being written by another embcache process; wait for it to finish",
+  std::error_code ec;
+  fs::create_directories(segments_dir_, ec);
+  if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message() + "; the cache's directory must be writable (choose another --out)");
+  const std::string who = shard_ == "0/1" ? "the cache" : "shard " + shard_ + " of the cache";
+  lock_ = std::make_unique<FileLock>(segments_dir_ + "/" + kOwnerLock,
+                                     who + " is being written by another embcache process; wait for it to finish",
                                      "the cache's directory must be writable (choose another --out)");
 
   // Leftovers of a crashed run are never trusted: a half-written copy or commit record.
-  remove_quietly(path_ + ".tmp");
+  remove_quietly(segments_dir_ + "/" + kRecoveredFile);
+  remove_quietly(segments_dir_ + "/" + kPartFile);
   if (overwrite) {
     if (fs::exists(path_)) refuse_non_cache(path_);
-    std::error_code ec;
-    fs::remove_all(segments_dir_, ec);
+    for (const auto& record : commit_records_in(segments_dir_, true)) remove_quietly(record);
+    remove_quietly(next_path_);
+    fs::remove_all(path_ + ".segments", ec);
+    fs::remove_all(parts_dir_of(path_), ec);
     if (fs::exists(path_)) {
       if (!fs::remove(path_, ec)) throw IoError("cannot remove " + path_ + ": " + ec.message());
     }
   }
-
-  main_exists_ = fs::exists(path_);
+  check_existing();
+  // This shard's interrupted run, and an older build's (which held CACHE.h5.lock for its whole run).
+  recover(segments_dir_, /*remove_dir=*/false);
+  if (fs::is_directory(path_ + ".segments") && !file_lock_is_held(path_ + ".lock")) recover(path_ + ".segments", true);
   if (main_exists_) {
-    refuse_non_cache(path_);
-    CacheFileReader reader(path_);
-    const auto differences = signature_differences(reader.signature(), wanted_);
-    if (!differences.empty()) {
-      std::string fields;
-      for (const auto& f : differences) fields += (fields.empty() ? "" : ", ") + f;
-      // A re-export of the same model is the common surprise: TorchScript writes a module's
-      // constants in Python's string-hash order, which changes from one Python process to the next.
-      const bool encoder_file = std::find(differences.begin(), differences.end(), "encoder_sha256") != differences.end();
-      throw SignatureMismatch(path_ + ": this cache was made with a different " + fields,
-                              encoder_file ? " (a re-exported encoder is a different file unless exported with "
-                                             "PYTHONHASHSEED=0 set)"
-                                           : "");
-    }
-    storage_.compression = reader.storage().compression;  // a cache keeps its compression
-    existing_levels_ = reader.levels();
-  }
-
-  if (fs::is_directory(segments_dir_)) recover(commit_records_in(segments_dir_, /*remove_partial=*/true));
-  if (main_exists_) {
-    CacheFileReader reader(path_);
+    const CacheReader reader(path_, CacheReader::MissingParts::kSkip);
     read_committed(reader);
     if (existing_levels_.empty()) existing_levels_ = reader.levels();
   }
   if (!existing_levels_.empty()) adopt_levels(existing_levels_);
 }
 
-void CacheStore::recover(const std::vector<std::string>& records) {
-  if (records.empty() || !fs::exists(next_path_)) {
+void CacheStore::check_existing() {
+  main_exists_ = fs::exists(path_);
+  if (!main_exists_) return;
+  refuse_non_cache(path_);
+  const CacheReader reader(path_, CacheReader::MissingParts::kSkip);
+  const auto differences = signature_differences(reader.signature(), wanted_);
+  if (!differences.empty()) {
+    std::string fields;
+    for (const auto& f : differences) fields += (fields.empty() ? "" : ", ") + f;
+    // A re-export of the same model is the common surprise: TorchScript writes a module's
+    // constants in Python's string-hash order, which changes from one Python process to the next.
+    const bool encoder_file = std::find(differences.begin(), differences.end(), "encoder_sha256") != differences.end();
+    throw SignatureMismatch(path_ + ": this cache was made with a different " + fields,
+                            encoder_file ? " (a re-exported encoder is a different file unless exported with "
+                                           "PYTHONHASHSEED=0 set)"
+                                         : "");
+  }
+  if (const std::string why = amp_conflict(reader, wanted_); !why.empty()) throw InputError(why);
+  storage_.compression = reader.storage().compression;  // a cache keeps its compression
+  existing_levels_ = reader.levels();
+}
+
+void CacheStore::recover(const std::string& dir, bool remove_dir) {
+  const std::vector<std::string> records = commit_records_in(dir, /*remove_partial=*/true);
+  const std::string next = dir + "/" + kNextFile;
+  if (records.empty() || !fs::exists(next)) {
     // Without records nothing in next.h5 was committed. Records without next.h5 belong to a run
-    // that installed it as the cache and died before removing them: their rows are in the cache.
-    records_ = records;
-    remove_run_files();
+    // that installed it and died before removing them: their rows are in the cache.
+    for (const auto& record : records) remove_quietly(record);
+    remove_quietly(next);
+    std::error_code ec;
+    if (remove_dir) fs::remove_all(dir, ec);
     return;
   }
-  auto chunks = std::make_shared<RecordedChunks>(next_path_);
+  auto chunks = std::make_shared<RecordedChunks>(next);
   std::vector<std::unique_ptr<RowSource>> sources;
-  if (main_exists_) sources.push_back(std::make_unique<CacheFileReader>(path_));
   std::int64_t rows = 0;
   for (const auto& file : records) {
     auto record = std::make_unique<CommittedRows>(file, chunks);
     const auto differences = signature_differences(record->signature(), wanted_);
     if (!differences.empty()) {
-      throw InputError(path_ + ": uncommitted work in " + segments_dir_ + " was made with a different " +
+      throw InputError(path_ + ": uncommitted work in " + dir + " was made with a different " +
                        differences.front() + "; rerun with the original options to finish it, or --overwrite");
     }
     if (existing_levels_.empty()) existing_levels_ = record->levels();
@@ -201,9 +248,48 @@ void CacheStore::recover(const std::vector<std::string>& records) {
     sources.push_back(std::move(record));
   }
   if (!existing_levels_.empty()) adopt_levels(existing_levels_);
-  records_ = records;
-  merge_into_cache(std::move(sources), /*complete=*/false, new_content_id());  // the run that made them was cut short
-  recovered_rows_ = rows;
+  // The records' rows, copied into one file with the cache's storage: the part they become. A
+  // key committed twice (an older build's records repeat the cache's rows) keeps its newest row.
+  const std::string recovered = segments_dir_ + "/" + kRecoveredFile;
+  try {
+    CacheFileWriter writer(recovered, wanted_, levels_, labels_, storage_, rows);
+    std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> newest;
+    std::vector<CacheIndex> indices;
+    for (std::size_t s = 0; s < sources.size(); ++s) {
+      indices.push_back(sources[s]->read_index());
+      for (std::size_t row = 0; row < indices[s].windows.size(); ++row) newest[key_of(indices[s], row)] = {s, row};
+    }
+    for (std::size_t s = 0; s < sources.size(); ++s) {
+      const std::int64_t n = sources[s]->rows();
+      std::int64_t row = 0;
+      while (row < n) {
+        auto keep = [&](std::int64_t r) { return newest[key_of(indices[s], std::size_t(r))] == std::make_pair(s, std::size_t(r)); };
+        if (!keep(row)) {
+          ++row;
+          continue;
+        }
+        std::int64_t end = row;
+        while (end < n && end - row < 4096 && keep(end)) ++end;
+        writer.append(sources[s]->read_rows(row, end - row));
+        row = end;
+      }
+    }
+    writer.set_complete(false);  // the run that made them was cut short
+    writer.set_content_id(new_content_id());
+    writer.close();
+    sources.clear();
+    chunks.reset();
+  } catch (...) {
+    remove_quietly(recovered);
+    throw;
+  }
+  install_part(path_, recovered, policy_.fsync);
+  main_exists_ = true;
+  for (const auto& record : records) remove_quietly(record);
+  remove_quietly(next);
+  std::error_code ec;
+  if (remove_dir) fs::remove_all(dir, ec);
+  recovered_rows_ += rows;
 }
 
 void CacheStore::adopt_levels(std::vector<LevelSpec> levels) {
@@ -216,10 +302,14 @@ void CacheStore::adopt_levels(std::vector<LevelSpec> levels) {
 CacheStore::~CacheStore() {
   abandon();
   std::error_code ec;
-  if (fs::is_directory(segments_dir_, ec) && fs::is_empty(segments_dir_, ec)) fs::remove(segments_dir_, ec);
+  if (records_.empty() && !fs::exists(next_path_, ec)) {
+    lock_.reset();  // removes owner.lock
+    fs::remove(segments_dir_, ec);  // only when empty
+    fs::remove(path_ + ".runs", ec);
+  }
 }
 
-void CacheStore::read_committed(const RowSource& source) {
+void CacheStore::read_committed(const CacheReader& source) {
   const CacheIndex index = source.read_index();
   for (std::size_t row = 0; row < index.windows.size(); ++row) {
     committed_[key_of(index, row)] = index.pixel_hashes[row];
@@ -257,27 +347,16 @@ void CacheStore::start_building() {
   std::error_code ec;
   fs::create_directories(segments_dir_, ec);
   if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message());
-  // Built uncompressed: its chunks are written whole by us, and committed chunks are never
-  // rewritten. A compressed cache is compressed once, by the copy at the end.
-  const StorageOptions building = building_storage();
-  std::unique_ptr<CacheFileReader> old;
-  if (main_exists_) old = std::make_unique<CacheFileReader>(path_);
-  const std::int64_t old_rows = old ? old->rows() : 0;
-  next_ = std::make_unique<CacheFileWriter>(next_path_, wanted_, levels_, labels_, building,
-                                            expected_rows_ > 0 ? old_rows + expected_rows_ : 0);
-  if (old) {
-    // The old rows come first; the old cache stays the cache until the new file replaces it.
-    const std::int64_t block = rows_per_block(*old);
-    for (std::int64_t row = 0; row < old_rows; row += block) {
-      next_->append(old->read_rows(row, std::min(block, old_rows - row)));
-    }
-  }
-  uncommitted_first_ = next_->rows();
+  // Only this run's rows: the cache's rows stay where they are. Built uncompressed: its chunks
+  // are written whole by us, and committed chunks are never rewritten. A compressed cache's part
+  // is compressed once, by a copy of this run's rows at the end.
+  next_ = std::make_unique<CacheFileWriter>(next_path_, wanted_, levels_, labels_, building_storage(), expected_rows_);
+  uncommitted_first_ = 0;
   uncommitted_.clear();
   uncommitted_bytes_ = 0;
   recorded_chunks_.assign(levels_.size(), 0);
   last_commit_ = now_seconds();
-  writeback_mark_ = next_->feature_bytes();
+  writeback_mark_ = 0;
 }
 
 void CacheStore::append(const RowBatch& batch, const std::function<void()>& between_chunks) {
@@ -365,110 +444,46 @@ ConsolidateStats CacheStore::consolidate(bool complete) {
   ConsolidateStats stats;
   const double started = now_seconds();
   if (!next_) {
-    // Nothing new, yet the cache may be marked short by an interrupted run whose last crop had
-    // been committed (a kill before the rename): it holds every crop now. Rewriting the attribute
-    // in place could damage the file if we died midway, so the cache is copied, once.
-    if (complete && main_exists_ && CacheFileReader(path_).complete() == false) {
-      std::vector<std::unique_ptr<RowSource>> sources;
-      auto cache = std::make_unique<CacheFileReader>(path_);
-      const std::string same_rows = cache->content_id().value_or(new_content_id());
-      sources.push_back(std::move(cache));
-      stats = merge_into_cache(std::move(sources), /*complete=*/true, same_rows);
-      stats.superseded_rows = 0;
-      stats.bytes = std::int64_t(fs::file_size(path_));
-      stats.seconds = now_seconds() - started;
-    }
-    return stats;
-  }
-  stats.superseded_rows = superseded_;
-  // Rows not yet committed need no record: the rename below commits them with the rest (a
-  // crash before it loses only them, as a crash before any commit would).
-  const std::string content_id = new_content_id();
-  next_->set_complete(complete);
-  next_->set_content_id(content_id);
-  next_->close();
-  stats.rows = next_->rows();
-  next_.reset();
-  if (storage_.compression.kind == Compression::Kind::kNone && superseded_ == 0) {
-    install_as_cache(next_path_);  // the common case: no byte is copied
+    // Nothing new, yet the cache may be marked short by an interrupted run of this shard whose
+    // last crop had been committed (a kill before the install): it holds every crop now.
+    if (complete && main_exists_) stats.copied_rows = mark_shard_complete(path_, shard_, policy_.fsync);
   } else {
-    std::vector<std::unique_ptr<RowSource>> sources;
-    sources.push_back(std::make_unique<CacheFileReader>(next_path_));
-    const ConsolidateStats merged = merge_into_cache(std::move(sources), complete, content_id);
-    stats.rows = merged.rows;
-    stats.copied_rows = merged.copied_rows;
+    stats.superseded_rows = superseded_;
+    // Rows not yet committed need no record: the install commits them with the rest (a crash
+    // before it loses only them, as a crash before any commit would).
+    next_->set_complete(complete);
+    next_->set_content_id(new_content_id());
+    next_->close();
+    next_.reset();
+    std::string part = next_path_;
+    if (storage_.compression.kind != Compression::Kind::kNone) {
+      part = segments_dir_ + "/" + kPartFile;
+      const CacheFileReader built(next_path_);
+      try {
+        stats.copied_rows = copy_rows_to_file(built, part, wanted_, levels_, labels_, storage_, complete,
+                                              built.content_id().value_or(new_content_id()));
+      } catch (...) {
+        remove_quietly(part);
+        throw;
+      }
+    }
+    install(part);
   }
-  stats.bytes = std::int64_t(fs::file_size(path_));
+  if (fs::exists(path_)) {
+    const CacheReader cache(path_, CacheReader::MissingParts::kSkip);
+    stats.rows = cache.rows();
+    stats.parts = cache.is_view() ? std::int64_t(cache.parts().parts.size()) : 0;
+    stats.bytes = cache_bytes(cache);
+  }
   stats.seconds = now_seconds() - started;
   return stats;
 }
 
-ConsolidateStats CacheStore::merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete,
-                                              const std::string& content_id) {
-  ConsolidateStats stats;
-  // The newest row of each key wins: a recomputed (stale-pixel) crop replaces the old row.
-  std::vector<std::vector<char>> keep(sources.size());
-  std::unordered_map<std::string, std::pair<std::size_t, std::size_t>> newest;
-  for (std::size_t s = 0; s < sources.size(); ++s) {
-    const CacheIndex index = sources[s]->read_index();
-    keep[s].assign(index.windows.size(), 1);
-    for (std::size_t row = 0; row < index.windows.size(); ++row) {
-      auto [it, inserted] = newest.try_emplace(key_of(index, row), s, row);
-      if (!inserted) {
-        keep[it->second.first][it->second.second] = 0;
-        it->second = {s, row};
-        ++stats.superseded_rows;
-      }
-    }
-  }
-  const std::string tmp = path_ + ".tmp";
-  try {
-    std::int64_t total_rows = 0;
-    for (const auto& k : keep) total_rows += std::count(k.begin(), k.end(), char(1));
-    CacheFileWriter writer(tmp, wanted_, levels_, labels_, storage_, total_rows);
-    for (std::size_t s = 0; s < sources.size(); ++s) {
-      const std::int64_t block = rows_per_block(*sources[s]);
-      const std::int64_t n = sources[s]->rows();
-      std::int64_t row = 0;
-      while (row < n) {
-        if (!keep[s][std::size_t(row)]) {
-          ++row;
-          continue;
-        }
-        std::int64_t end = row;
-        while (end < n && end - row < block && keep[s][std::size_t(end)]) ++end;
-        writer.append(sources[s]->read_rows(row, end - row));
-        row = end;
-      }
-    }
-    stats.rows = writer.rows();
-    stats.copied_rows = writer.rows();
-    writer.set_complete(complete);
-    writer.set_content_id(content_id);
-    writer.close();
-    sources.clear();
-  } catch (...) {
-    remove_quietly(tmp);
-    throw;
-  }
-  try {
-    install_as_cache(tmp);
-  } catch (...) {
-    remove_quietly(tmp);
-    throw;
-  }
-  return stats;
-}
-
-void CacheStore::install_as_cache(const std::string& file) {
-  // rename() is the commit: before it the old cache is intact, after it the new one is complete.
-  if (policy_.fsync) sync_path(file);
-  if (::rename(file.c_str(), path_.c_str()) != 0) {
-    throw IoError("cannot rename " + file + " to " + path_ + ": " + errno_text());
-  }
-  if (policy_.fsync) sync_path(fs::absolute(path_).parent_path().string());
+InstallStats CacheStore::install(const std::string& file) {
+  const InstallStats installed = install_part(path_, file, policy_.fsync);
   main_exists_ = true;
   remove_run_files();
+  return installed;
 }
 
 void CacheStore::remove_run_files() {
@@ -477,8 +492,7 @@ void CacheStore::remove_run_files() {
   for (const auto& record : records_) remove_quietly(record);
   records_.clear();
   remove_quietly(next_path_);
-  std::error_code ec;
-  fs::remove(segments_dir_, ec);
+  remove_quietly(segments_dir_ + "/" + kPartFile);
 }
 
 }  // namespace embcache

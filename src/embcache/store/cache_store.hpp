@@ -1,7 +1,10 @@
-// The cache's commit protocol: one writer at a time; the new cache file is built beside the old
-// one (CACHE.h5.segments/next.h5) and installed by atomic rename; each commit fsyncs it and
-// renames a small commit record into place (commit_record.hpp). Features are written once. A
-// SIGKILL at any moment leaves the last installed cache and every committed row recoverable.
+// The cache's commit protocol: one writer per shard of a cache, any number of shards at once.
+// A run builds its new rows, and only those, in its own folder (CACHE.h5.runs/SHARD/next.h5,
+// locked by SHARD/owner.lock for the run's life); each commit fsyncs it and renames a small
+// commit record into place (commit_record.hpp). At the end the file becomes a part of the cache
+// (part_installer.hpp: CACHE.h5.lock is held for that install only). Features are written
+// once and old rows are never copied. A SIGKILL at any moment leaves the last installed cache and
+// every committed row recoverable: the next run of that shard installs them first.
 #pragma once
 
 #include <cstdint>
@@ -15,7 +18,9 @@
 #include "embcache/core/error.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
+#include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_schema.hpp"
+#include "embcache/store/part_installer.hpp"
 
 namespace embcache {
 
@@ -39,28 +44,41 @@ class SignatureMismatch : public InputError {
 };
 
 struct ConsolidateStats {
-  std::int64_t rows = 0;
-  std::int64_t superseded_rows = 0;  // stale rows replaced by recomputed ones
-  std::int64_t copied_rows = 0;      // rows copied into a new file (0: the built file was renamed)
-  std::int64_t bytes = 0;            // size of the new cache file
+  std::int64_t rows = 0;             // rows of the cache after the run
+  std::int64_t superseded_rows = 0;  // stale rows replaced by recomputed ones (hidden in the view)
+  std::int64_t copied_rows = 0;      // rows copied into another file (compressed caches: this run's rows)
+  std::int64_t bytes = 0;            // bytes of the cache: the view and every part
+  std::int64_t parts = 0;            // parts of the cache (0: one file)
   double seconds = 0.0;
 };
 
-// Commit records in CACHE.segments: rows an interrupted run committed that CACHE is still
-// without (the next precompute installs them), or a run at work.
+// The folder of a run of `shard` ("I/N") into the cache: CACHE.h5.runs/all or shard-I-of-N.
+std::string run_dir_of(const std::string& cache_path, const std::string& shard);
+// Commit records of runs into the cache (CACHE.h5.runs/*, and CACHE.h5.segments of older
+// builds): rows an interrupted run committed that CACHE is still without (the next run of that
+// shard installs them), or runs at work.
 std::int64_t pending_commit_records(const std::string& cache_path);
+// Runs into the cache: per shard folder, whether a live process holds it and its commit records.
+struct RunState {
+  std::string shard;  // "0/1", "2/4", or "legacy" (CACHE.h5.segments of an older build)
+  bool active = false;
+  std::int64_t records = 0;
+};
+std::vector<RunState> run_states(const std::string& cache_path);
 // What a reader of `cache` should be told when an interrupted precompute left it short (rows
 // missing, or committed rows not yet installed), or "" when nothing is known to be missing.
-std::string cache_shortfall(const CacheFileReader& cache);
+std::string cache_shortfall(const CacheReader& cache);
+// Bytes of the cache on disk: the file, and for a view every part it names.
+std::int64_t cache_bytes(const CacheReader& cache);
 
 class CacheStore {
  public:
-  // Takes the writer lock (IoError if another process holds it), removes what crashed runs left
-  // half-written, refuses an existing cache whose signature differs from `wanted` (InputError
-  // naming the fields), installs the committed rows of an interrupted run (a copy, the only one
-  // a crash costs), and reads the keys of every committed row.
+  // Takes the lock of `shard`'s run folder (IoError if another process holds it), removes what
+  // crashed runs left half-written, refuses an existing cache whose signature differs from
+  // `wanted` (InputError naming the fields), installs the committed rows of an interrupted run
+  // of this shard (a copy, the only one a crash costs), and reads the keys of every committed row.
   CacheStore(std::string path, Signature wanted, LabelKinds labels, StorageOptions storage,
-             CommitPolicy policy, bool overwrite);
+             CommitPolicy policy, bool overwrite, std::string shard = "0/1");
   ~CacheStore();
   CacheStore(const CacheStore&) = delete;
   CacheStore& operator=(const CacheStore&) = delete;
@@ -90,33 +108,34 @@ class CacheStore {
   void commit();
   // Stops building (after an error): what was committed stays for the next run to recover.
   void abandon();
-  // Closes the file being built and installs it as the cache: by rename, or by a copy when it
-  // must be compressed or holds stale rows that recomputed ones replace. `complete`: the run
-  // finished every crop (false after Ctrl-C), recorded in the cache for its readers.
+  // Closes the file being built and installs it as a part of the cache (the cache itself when
+  // there was none): by rename, or by a copy of this run's rows when the cache is compressed.
+  // `complete`: the run finished every crop of its shard (false after Ctrl-C), recorded for readers.
   ConsolidateStats consolidate(bool complete);
 
  private:
-  void read_committed(const RowSource& source);
+  void read_committed(const CacheReader& source);
+  // The existing cache, if any: its signature checked against wanted_, its levels and compression taken.
+  void check_existing();
   // The levels written from now on; also recorded in the signature's "levels".
   void adopt_levels(std::vector<LevelSpec> levels);
   std::string segment_path(std::int64_t number) const;
-  // Installs the rows committed by an interrupted run; removes what is left of it.
-  void recover(const std::vector<std::string>& records);
+  // Installs the rows an interrupted run committed in `dir` (this shard's folder, or an older
+  // build's CACHE.h5.segments) as a part; removes what is left of it.
+  void recover(const std::string& dir, bool remove_dir);
   void start_building();
-  // Merges `sources` (newest row of a key wins) into a new file with the cache's storage.
-  ConsolidateStats merge_into_cache(std::vector<std::unique_ptr<RowSource>> sources, bool complete,
-                                    const std::string& content_id);
-  // Syncs `file`, renames it over the cache and removes the run's commit records.
-  void install_as_cache(const std::string& file);
+  // Installs `file` (a closed cache file of this run's rows) and removes the run's records.
+  InstallStats install(const std::string& file);
   void remove_run_files();
 
   std::string path_;
-  std::string segments_dir_;
+  std::string shard_;
+  std::string segments_dir_;            // this run's folder (CACHE.h5.runs/SHARD)
   Signature wanted_;
   LabelKinds labels_;
   StorageOptions storage_;
   CommitPolicy policy_;
-  std::unique_ptr<FileLock> lock_;
+  std::unique_ptr<FileLock> lock_;     // of segments_dir_
   bool main_exists_ = false;
   std::string next_path_;               // the cache file being built
   std::vector<std::string> records_;     // this run's commit records, oldest first
@@ -136,8 +155,5 @@ class CacheStore {
   std::int64_t writeback_mark_ = 0;
   std::int64_t checksummed_while_writing_ = 0;  // chunks_checksummed_here() of next_ for this run's rows      // feature bytes of next_ at the last writeback
 };
-
-// Makes `path`'s content durable (fsync of a file or directory).
-void sync_path(const std::string& path);
 
 }  // namespace embcache

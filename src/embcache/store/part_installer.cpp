@@ -1,0 +1,349 @@
+#include "embcache/store/part_installer.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <random>
+#include <unordered_set>
+
+#include "embcache/core/crop_key.hpp"
+#include "embcache/core/error.hpp"
+#include "embcache/core/file_lock.hpp"
+#include "embcache/store/cache_file_writer.hpp"
+
+namespace fs = std::filesystem;
+
+namespace embcache {
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+void say_waiting(const std::string& path, const std::string& holder) {
+  std::fprintf(stderr, "embcache: waiting for %s to finish installing into the cache (it holds %s)\n", holder.c_str(),
+               path.c_str());
+}
+
+// The install lock: held for one install, waited for.
+FileLock install_lock(const std::string& cache_path) {
+  return FileLock(cache_path + ".lock", FileLock::Wait{"the cache's directory must be writable (choose another --out)",
+                                                       say_waiting});
+}
+
+void rename_or_throw(const std::string& from, const std::string& to) {
+  if (::rename(from.c_str(), to.c_str()) != 0) {
+    throw IoError("cannot rename " + from + " to " + to + ": " + std::strerror(errno));
+  }
+}
+
+std::string directory_of(const std::string& path) { return fs::absolute(path).parent_path().string(); }
+
+// A second name for a file (a copy on a file system without hard links). The caller's name stays
+// until the view that names the new one is installed: a crash in between loses nothing.
+void link_or_copy(const std::string& from, const std::string& to) {
+  std::error_code ec;
+  fs::remove(to, ec);
+  fs::create_hard_link(from, to, ec);
+  if (ec) fs::copy_file(from, to, ec);
+  if (ec) throw IoError("cannot link " + from + " to " + to + ": " + ec.message());
+}
+
+std::string key_of(const CacheIndex& index, std::size_t row) {
+  return CropKey{index.groups[row], index.windows[row],
+                 {index.bounds[4 * row], index.bounds[4 * row + 1], index.bounds[4 * row + 2], index.bounds[4 * row + 3]}}
+      .map_key();
+}
+
+std::string amp_of(const nlohmann::json& computed_with) {
+  if (!computed_with.is_object()) return "";
+  return computed_with.value("amp", std::string());
+}
+
+// The part entry of a closed cache file at `relative` (to the cache's directory).
+CachePart part_entry(const CacheFileReader& file, const std::string& relative, const std::string& absolute) {
+  const nlohmann::json computed = file.signature().value("computed_with", nlohmann::json());
+  const std::string shard = computed.is_object() ? computed.value("shard", std::string("0/1")) : "0/1";
+  return {relative, file.rows(), std::int64_t(fs::file_size(absolute)), file.content_id().value_or(new_content_id()),
+          shard, file.complete().value_or(true), computed};
+}
+
+// InputError when `part` may not join `cache`: another signature, level shapes or amp.
+void check_joinable(const CacheReader& cache, const CacheFileReader& part) {
+  const auto differences = signature_differences(cache.signature(), part.signature());
+  if (!differences.empty()) {
+    std::string fields;
+    for (const auto& f : differences) fields += (fields.empty() ? "" : ", ") + f;
+    throw InputError(cache.path() + ": the rows of " + part.path() + " were made with a different " + fields +
+                     " than the cache's; a shard must use the options of the cache it joins (or another --out)");
+  }
+  for (const LevelSpec& level : part.levels()) {
+    for (const LevelSpec& existing : cache.levels()) {
+      if (existing.name == level.name && existing.row_shape != level.row_shape) {
+        throw InputError(cache.path() + ": level " + level.name + " is stored with shape " + existing.shape_text() +
+                         " but " + part.path() + " has " + level.shape_text() + "; use another --out");
+      }
+    }
+  }
+  if (const std::string why = amp_conflict(cache, part.signature()); !why.empty()) throw InputError(why);
+}
+
+// The view's table as it stands (a cache of one file becomes its first part, hard-linked into
+// the parts folder), without parts that are missing.
+CacheView current_parts(const CacheReader& cache, const std::string& cache_path) {
+  CacheView view;
+  const std::string dir = directory_of(cache_path);
+  if (!cache.is_view()) {
+    const CacheFileReader whole(cache_path);
+    const std::string id = whole.content_id().value_or(new_content_id());
+    const std::string relative = fs::path(parts_dir_of(cache_path)).filename().string() + "/" + id + ".h5";
+    const std::string linked = dir + "/" + relative;
+    fs::create_directories(parts_dir_of(cache_path));
+    link_or_copy(cache_path, linked);
+    view.parts.push_back(part_entry(whole, relative, linked));
+    view.segments.push_back({0, 0, whole.rows()});
+    return view;
+  }
+  view = cache.parts();
+  return view;
+}
+
+// Leaves out parts without visible rows, renumbering the segments.
+void drop_unused_parts(CacheView& view) {
+  std::vector<std::int64_t> renumbered(view.parts.size(), -1);
+  std::vector<CachePart> kept;
+  for (const RowSegment& s : view.segments) {
+    if (renumbered[std::size_t(s.part)] < 0) {
+      renumbered[std::size_t(s.part)] = std::int64_t(kept.size());
+      kept.push_back(view.parts[std::size_t(s.part)]);
+    }
+  }
+  for (RowSegment& s : view.segments) s.part = renumbered[std::size_t(s.part)];
+  view.parts = std::move(kept);
+}
+
+// Hides the rows of `view` (read through `cache`, in view order) whose key is in `keys`.
+std::int64_t hide_keys(CacheView& view, const CacheReader& cache, const std::unordered_set<std::string>& keys) {
+  const CacheIndex index = cache.read_index(0, cache.rows(), {true, false, false});
+  std::vector<RowSegment> kept;
+  std::int64_t row = 0, hidden = 0;
+  for (const RowSegment& s : view.segments) {
+    std::int64_t run_start = -1;
+    for (std::int64_t i = 0; i < s.count; ++i, ++row) {
+      const bool hide = keys.count(key_of(index, std::size_t(row))) > 0;
+      hidden += hide;
+      if (!hide && run_start < 0) run_start = i;
+      if (hide && run_start >= 0) {
+        kept.push_back({s.part, s.start + run_start, i - run_start});
+        run_start = -1;
+      }
+    }
+    if (run_start >= 0) kept.push_back({s.part, s.start + run_start, s.count - run_start});
+  }
+  view.segments = std::move(kept);
+  return hidden;
+}
+
+// Writes `view` beside the cache and renames it over CACHE.h5; removes part files it no longer names.
+void install_view(const std::string& cache_path, CacheView view, const ViewHeader& header, bool fsync) {
+  drop_unused_parts(view);
+  const std::string dir = directory_of(cache_path);
+  const std::string tmp = cache_path + ".view.tmp";
+  try {
+    write_view_file(tmp, dir, view, header);
+    if (fsync) sync_path(tmp);
+    rename_or_throw(tmp, cache_path);
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  if (fsync) sync_path(dir);
+  // Part files the view does not name: hidden whole by newer rows, or left by an install that died.
+  std::unordered_set<std::string> named;
+  for (const auto& p : view.parts) named.insert(fs::path(p.file).filename().string());
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(parts_dir_of(cache_path), ec)) {
+    if (!named.count(entry.path().filename().string())) fs::remove(entry.path(), ec);
+  }
+}
+
+ViewHeader header_for(const CacheFileReader& newest, const StorageOptions& storage, const std::string& content_id) {
+  ViewHeader header;
+  header.signature = newest.signature().dump();
+  header.compression = storage.compression.to_string();
+  header.encoder_sha256 = newest.signature().value("encoder_sha256", std::string());
+  header.dtype = to_string(storage.dtype);
+  header.content_id = content_id;
+  return header;
+}
+
+// Rows per copy block: about 64 MiB of features.
+std::int64_t rows_per_block(const RowSource& source) {
+  return std::max<std::int64_t>(1, (std::int64_t(64) << 20) / std::max<std::int64_t>(source.row_feature_bytes(), 1));
+}
+
+}  // namespace
+
+std::string parts_dir_of(const std::string& cache_path) { return cache_path + ".parts"; }
+
+std::string new_content_id() {
+  std::random_device device;
+  char text[33];
+  for (int i = 0; i < 4; ++i) std::snprintf(text + 8 * i, 9, "%08x", unsigned(device()));
+  return text;
+}
+
+void sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot open " + path + " to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError("cannot sync " + path + ": " + std::strerror(saved));
+}
+
+std::string amp_conflict(const CacheReader& cache, const Signature& wanted) {
+  const std::string amp = amp_of(wanted.value("computed_with", nlohmann::json()));
+  if (amp.empty()) return "";
+  for (const CachePart& part : cache.parts().parts) {
+    const std::string theirs = amp_of(part.computed_with);
+    if (!theirs.empty() && theirs != amp) {
+      return cache.path() + ": part " + part.file + " was computed with --amp " + theirs + ", this run uses --amp " +
+             amp + "; features of different precisions are never mixed in one cache: use --amp " + theirs +
+             ", or another --out";
+    }
+  }
+  return "";
+}
+
+InstallStats install_part(const std::string& cache_path, const std::string& part_file, bool fsync) {
+  const FileLock lock = install_lock(cache_path);
+  InstallStats stats;
+  const std::string dir = directory_of(cache_path);
+  if (!fs::exists(cache_path)) {
+    stats.rows = CacheFileReader(part_file).rows();
+    if (fsync) sync_path(part_file);
+    rename_or_throw(part_file, cache_path);
+    if (fsync) sync_path(dir);
+    return stats;
+  }
+  const CacheReader cache(cache_path, CacheReader::MissingParts::kSkip);
+  const StorageOptions storage = cache.storage();
+  std::unordered_set<std::string> keys;
+  std::string relative;
+  CachePart entry;
+  ViewHeader header;
+  {
+    const CacheFileReader part(part_file);
+    check_joinable(cache, part);
+    const CacheIndex index = part.read_index();
+    for (std::size_t row = 0; row < index.windows.size(); ++row) keys.insert(key_of(index, row));
+    const std::string id = part.content_id().value_or(new_content_id());
+    relative = fs::path(parts_dir_of(cache_path)).filename().string() + "/" + id + ".h5";
+    entry = part_entry(part, relative, part_file);
+    header = header_for(part, storage, new_content_id());
+  }
+  CacheView view = current_parts(cache, cache_path);
+  stats.hidden_rows = hide_keys(view, cache, keys);
+  fs::create_directories(parts_dir_of(cache_path));
+  if (fsync) sync_path(part_file);
+  link_or_copy(part_file, dir + "/" + relative);
+  view.parts.push_back(entry);
+  view.segments.push_back({std::int64_t(view.parts.size()) - 1, 0, entry.rows});
+  install_view(cache_path, view, header, fsync);
+  stats.rows = view.rows();
+  stats.parts = std::int64_t(view.parts.size());
+  return stats;
+}
+
+std::int64_t mark_shard_complete(const std::string& cache_path, const std::string& shard, bool fsync) {
+  const FileLock lock = install_lock(cache_path);
+  if (!fs::exists(cache_path)) return 0;
+  const CacheReader cache(cache_path, CacheReader::MissingParts::kSkip);
+  if (!cache.is_view()) {
+    // Rewriting the attribute in place could damage the file if we died midway: copied, once.
+    if (cache.complete() != false) return 0;
+    const std::string tmp = cache_path + ".tmp";
+    std::int64_t copied = 0;
+    try {
+      copied = copy_rows_to_file(cache, tmp, cache.signature(), cache.levels(), cache.label_kinds(), cache.storage(), true,
+                        cache.content_id().value_or(new_content_id()));
+      if (fsync) sync_path(tmp);
+      rename_or_throw(tmp, cache_path);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw;
+    }
+    if (fsync) sync_path(directory_of(cache_path));
+    return copied;
+  }
+  CacheView view = cache.parts();
+  bool changed = false;
+  for (auto it = view.parts.rbegin(); it != view.parts.rend(); ++it) {
+    if (it->shard != shard) continue;
+    changed = !it->complete;
+    it->complete = true;
+    break;
+  }
+  if (!changed) return 0;
+  const CacheFileReader newest(cache.part_path(std::size_t(view.segments.back().part)));
+  install_view(cache_path, view, header_for(newest, cache.storage(), cache.content_id().value_or(new_content_id())), fsync);
+  return 0;
+}
+
+std::int64_t copy_rows_to_file(const RowSource& source, const std::string& path, const Signature& signature,
+                               const std::vector<LevelSpec>& levels, const LabelKinds& labels,
+                               const StorageOptions& storage, bool complete, const std::string& content_id) {
+  CacheFileWriter writer(path, signature, levels, labels, storage, source.rows());
+  const std::int64_t block = rows_per_block(source);
+  for (std::int64_t row = 0; row < source.rows(); row += block) {
+    writer.append(source.read_rows(row, std::min(block, source.rows() - row)));
+  }
+  writer.set_complete(complete);
+  writer.set_content_id(content_id);
+  writer.close();
+  return writer.rows();
+}
+
+CompactStats compact_cache(const std::string& cache_path, bool fsync) {
+  const double started = now_seconds();
+  const FileLock lock = install_lock(cache_path);
+  CompactStats stats;
+  {
+    const CacheReader cache(cache_path);
+    stats.rows = cache.rows();
+    if (!cache.is_view()) {
+      stats.bytes = std::int64_t(fs::file_size(cache_path));
+      stats.seconds = now_seconds() - started;
+      return stats;
+    }
+    stats.parts_before = std::int64_t(cache.parts().parts.size());
+    const std::string tmp = cache_path + ".tmp";
+    try {
+      copy_rows_to_file(cache, tmp, cache.signature(), cache.levels(), cache.label_kinds(), cache.storage(),
+                        cache.complete().value_or(true), cache.content_id().value_or(new_content_id()));
+      if (fsync) sync_path(tmp);
+      rename_or_throw(tmp, cache_path);
+    } catch (...) {
+      std::error_code ec;
+      fs::remove(tmp, ec);
+      throw;
+    }
+  }
+  if (fsync) sync_path(directory_of(cache_path));
+  std::error_code ec;
+  fs::remove_all(parts_dir_of(cache_path), ec);
+  stats.bytes = std::int64_t(fs::file_size(cache_path));
+  stats.seconds = now_seconds() - started;
+  return stats;
+}
+
+}  // namespace embcache
