@@ -65,6 +65,10 @@ want = {"bands": [], "crop_size": [20, 20], "dataset_path": d + "/data/fashion_m
         "encoder_sha256": hashlib.sha256(open(d + "/data/demo_encoder.pt", "rb").read()).hexdigest(), "format": 1,
         "labels": {"class": True}, "levels": ["0", "1", "2"], "levels_requested": "all", "overlap": 2,
         "pad_value": 0.0, "preprocessing": {"mean": [1370.19151926], "scale": 0.0001, "std": [2.5]}}
+# computed_with (where and how the rows were computed) is informational, like embcache_version:
+# it never decides whether a cache may be extended, so caches without it stay extendable.
+computed = got.pop("computed_with")
+assert set(computed) == {"device", "torch", "amp", "shard"} and computed["shard"] == "0/1", computed
 assert got == want, (got, want)
 print("ok: the signature of a CLI cache is unchanged and keeps every digit of --mean")
 PY
@@ -87,8 +91,10 @@ grep -q "(0 computed, 400 cached, 0 stale)" study.txt || fail "the study did not
 echo "ok: a study with the CLI's options (mean 1370.19151926) reuses the CLI's cache"
 
 # 4. A cache written by the build before format 2 (tests/data/format1, made by 18fb7f3) reads,
-#    trains and extends: the rerun computes only the two new windows, the file stays format 1
-#    (it holds nothing of format 2), and its signature is the old one but for embcache_version.
+#    trains and extends: the rerun computes only the two new windows and writes only them, as a
+#    second part. CACHE.h5 becomes a view (format 3) whose first part is the old file itself, still
+#    format 1; the signature is the old one but for informational fields. `embcache compact` makes
+#    it one format 1 file again, for builds that read only formats 1 and 2.
 : "${TEST_DATA:?run through ctest}"
 cp "$TEST_DATA/format1/encoder.pt" "$TEST_DATA/format1/cache.h5" .
 "$PYTHON" - "$TEST_DATA/format1/data.h5" <<'PY'
@@ -109,16 +115,19 @@ PY
   --quiet --no-fsync >extend.txt 2>&1 || fail "extending a format 1 cache: $(cat extend.txt)"
 grep -q "(2 computed, 6 cached, 0 stale)" extend.txt || fail "the format 1 cache was not extended: $(cat extend.txt)"
 "$EMBCACHE" inspect cache.h5 --json >v1-extended.json
-"$PYTHON" - v1.json v1-extended.json <<'PY' || fail "extending a format 1 cache changed its format or signature"
-import json, sys
-a, b = (json.load(open(p)) for p in sys.argv[1:])
-assert a["format"] == b["format"] == 1, (a["format"], b["format"])
+"$EMBCACHE" compact cache.h5 --quiet
+"$EMBCACHE" inspect cache.h5 --json >v1-compacted.json
+"$PYTHON" - v1.json v1-extended.json v1-compacted.json <<'PY' || fail "extending a format 1 cache changed its signature"
+import h5py, json, sys
+a, b, c = (json.load(open(p)) for p in sys.argv[1:])
+assert a["format"] == 1 and b["format"] == 3 and c["format"] == 1, (a["format"], b["format"], c["format"])
+assert [p["rows"] for p in b["parts"]] == [6, 2], b["parts"]
 sa, sb = a["signature"], b["signature"]
 for s in (sa, sb):
-    for k in ("embcache_version", "dataset_path", "encoder_path"):  # informational
-        s.pop(k)
+    for k in ("embcache_version", "dataset_path", "encoder_path", "computed_with"):  # informational
+        s.pop(k, None)
 assert sa == sb, (sa, sb)
-assert b["rows"] == 8 and [l["source"] for l in b["levels"]] == ["map", "map", "vector"], b["levels"]
+assert b["rows"] == c["rows"] == 8 and [l["source"] for l in b["levels"]] == ["map", "map", "vector"], b["levels"]
 PY
 expect_error 3 "made with a different dtype" "$EMBCACHE" precompute --encoder encoder.pt --dataset data.h5 --out cache.h5 \
   --crop-size 16 --dtype int8 --quiet

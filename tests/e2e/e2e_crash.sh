@@ -45,7 +45,7 @@ for ((k = 1; k <= KILLS; k++)); do
     kills=$((kills + 1))
     wait "$pid" || true
     check_readable || fail "cache unreadable after kill $k (delay $delay)"
-    echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.runs/all 2>/dev/null | wc -l) segment files pending"
+    echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.runs/all/seg-* 2>/dev/null | wc -l) commit records pending"
   else
     # The run finished before the kill: the cycle is complete. Check it, then start over so
     # later kills land mid-run again.

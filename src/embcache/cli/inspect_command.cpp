@@ -2,6 +2,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -117,7 +118,9 @@ void print_parts_and_shards(const nlohmann::json& j) {
 nlohmann::json inspect_cache(const std::string& path) {
   const std::int64_t pending = pending_commit_records(path);
   if (!fs::exists(path)) {
-    if (pending > 0 || fs::exists(path + ".lock")) {
+    const auto runs = run_states(path);
+    const bool active = std::any_of(runs.begin(), runs.end(), [](const RunState& r) { return r.active; });
+    if (pending > 0 || active) {
       throw IoError(path + ": cache is being written (" + std::to_string(pending) +
                     " commits of a run not yet installed); inspect it when precompute ends");
     }

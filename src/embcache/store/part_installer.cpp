@@ -15,6 +15,7 @@
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/file_lock.hpp"
+#include "embcache/dataset/window_shard.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 
 namespace fs = std::filesystem;
@@ -257,6 +258,13 @@ InstallStats install_part(const std::string& cache_path, const std::string& part
   link_or_copy(part_file, dir + "/" + relative);
   view.parts.push_back(entry);
   view.segments.push_back({std::int64_t(view.parts.size()) - 1, 0, entry.rows});
+  // Rows in shard order (N, then I; a shard's parts in the order they came): the same parts give
+  // the same view whichever shard finished first, so a probe trained on it is the same too.
+  std::stable_sort(view.segments.begin(), view.segments.end(), [&](const RowSegment& a, const RowSegment& b) {
+    const ShardSpec x = shard_from_text(view.parts[std::size_t(a.part)].shard);
+    const ShardSpec y = shard_from_text(view.parts[std::size_t(b.part)].shard);
+    return std::make_pair(x.count, x.index) < std::make_pair(y.count, y.index);
+  });
   install_view(cache_path, view, header, fsync);
   stats.rows = view.rows();
   stats.parts = std::int64_t(view.parts.size());
