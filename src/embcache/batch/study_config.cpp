@@ -283,10 +283,12 @@ class StudyParser {
   // version, output_dir, defaults, and unknown top-level keys.
   void parse_header() {
     for (const auto& [key, value] : root_.items()) {
-      if (key != "version" && key != "output_dir" && key != "defaults" && key != "precompute" && key != "probes") {
-        problems_.add("", unknown_key(key, {"version", "output_dir", "defaults", "precompute", "probes"}));
+      if (key != "version" && key != "output_dir" && key != "defaults" && key != "precompute" && key != "probes" &&
+          key != "executor") {
+        problems_.add("", unknown_key(key, {"version", "output_dir", "defaults", "precompute", "probes", "executor"}));
       }
     }
+    if (root_.contains("executor")) parse_executor(root_["executor"]);
     if (!root_.contains("version")) {
       problems_.add("version", "missing; write \"version\": 1");
     } else if (!root_["version"].is_number_integer() || root_["version"].get<int>() != kStudyVersion) {
@@ -314,6 +316,52 @@ class StudyParser {
       }
     }
 
+  }
+
+  // "executor": "local", or {"type": "slurm", "partition", "time", "cpus_per_task", "gpus_per_task",
+  // "mem", "max_parallel", "sbatch_args": [...]}.
+  void parse_executor(const Json& e) {
+    if (e.is_string() && e.get<std::string>() == "local") return;
+    if (e.is_string() && e.get<std::string>() == "slurm") {
+      study_.executor.kind = Executor::Kind::kSlurm;
+      return;
+    }
+    if (!e.is_object() || !e.contains("type") || !e["type"].is_string() ||
+        (e["type"] != "slurm" && e["type"] != "local")) {
+      problems_.add("executor", "expected \"local\", \"slurm\" or {\"type\": \"slurm\", \"partition\": ..., ...}, got " + describe(e));
+      return;
+    }
+    if (e["type"] == "local") return;
+    study_.executor.kind = Executor::Kind::kSlurm;
+    SlurmSettings& s = study_.executor.slurm;
+    const std::vector<std::string> known{"type", "partition", "time", "cpus_per_task", "gpus_per_task", "mem",
+                                         "max_parallel", "sbatch_args"};
+    for (const auto& [key, value] : e.items()) {
+      const std::string at = "executor." + key;
+      if (key == "type") continue;
+      if (key == "partition" || key == "time" || key == "mem") {
+        if (!value.is_string() || value.get<std::string>().empty()) {
+          problems_.add(at, "expected a string as sbatch takes it (e.g. \"gpu\", \"02:00:00\", \"32G\")");
+        } else {
+          (key == "partition" ? s.partition : key == "time" ? s.time : s.mem) = value.get<std::string>();
+        }
+      } else if (key == "cpus_per_task" || key == "gpus_per_task" || key == "max_parallel") {
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
+          problems_.add(at, "expected a whole number >= 0, got " + describe(value));
+        } else {
+          (key == "cpus_per_task" ? s.cpus_per_task : key == "gpus_per_task" ? s.gpus_per_task : s.max_parallel) =
+              value.get<std::int64_t>();
+        }
+      } else if (key == "sbatch_args") {
+        if (!value.is_array() || !std::all_of(value.begin(), value.end(), [](const Json& v) { return v.is_string(); })) {
+          problems_.add(at, "expected a list of strings, e.g. [\"--account=proj\", \"--qos=high\"]");
+        } else {
+          s.sbatch_args = value.get<std::vector<std::string>>();
+        }
+      } else {
+        problems_.add("executor", unknown_key(key, known));
+      }
+    }
   }
 
   std::string check_name(const Json& entry, const std::string& where) {
@@ -345,15 +393,23 @@ class StudyParser {
 
   void parse_precompute(const std::string& where, const Json& raw) {
     const auto& pre_fields = precompute_fields();
-    const auto pre_keys = json_keys(pre_fields, {"name"});
+    const auto pre_keys = json_keys(pre_fields, {"name", "shards"});
     const std::size_t problems_before = problems_.lines.size();
     PrecomputeEntry entry;
     entry.name = check_name(raw, where);
     const Json e = merged(defaults_pre, raw);
     for (const auto& [key, value] : e.items()) {
       if (key == "name") continue;
-      const auto* field = find_field(pre_fields, key);
       const std::string at = (raw.contains(key) ? where : "defaults.precompute") + "." + key;
+      if (key == "shards") {  // not an option of precompute: how the study splits it (docs/scale-out.md)
+        if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
+          problems_.add(at, "expected a whole number >= 1 (tasks of its job array), got " + describe(value));
+        } else {
+          entry.shards = value.get<std::int64_t>();
+        }
+        continue;
+      }
+      const auto* field = find_field(pre_fields, key);
       if (!field) {
         problems_.add(at, unknown_key(key, pre_keys));
         continue;

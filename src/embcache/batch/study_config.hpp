@@ -3,6 +3,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@ constexpr int kStudyVersion = 1;
 
 struct PrecomputeEntry {
   std::string name;
+  std::int64_t shards = 1;    // "shards": N: N runs of --shard I/N (a Slurm job array of N tasks)
   PrecomputeOptions options;  // paths absolute; out defaults to OUTPUT_DIR/caches/NAME.h5; the run id's text
   PrecomputePlan plan;        // the options as typed values: what the study runs
 };
@@ -32,10 +34,26 @@ struct ProbeRun {
   nlohmann::json varying;    // {"lr": 0.001, "levels": "2"}: the fields that vary in its group
 };
 
+// Where the work runs: "executor": "local" (this process) or {"type": "slurm", ...}: sbatch jobs.
+struct SlurmSettings {
+  std::string partition, time, mem;    // "" = the cluster's defaults
+  std::int64_t cpus_per_task = 0;      // 0 = not asked for
+  std::int64_t gpus_per_task = 0;
+  std::int64_t max_parallel = 0;       // tasks of one array at once (sbatch --array=...%K); 0 = no limit
+  std::vector<std::string> sbatch_args;  // passed to sbatch as they are
+};
+
+struct Executor {
+  enum class Kind { kLocal, kSlurm };
+  Kind kind = Kind::kLocal;
+  SlurmSettings slurm;
+};
+
 struct Study {
-  std::string path;          // the config file
+  std::string path;          // the config file (absolute)
   int version = kStudyVersion;
   std::string output_dir;    // absolute
+  Executor executor;
   std::vector<PrecomputeEntry> precomputes;
   std::vector<std::string> groups;  // probe entry names, in file order
   std::vector<ProbeRun> runs;       // in file order, grids expanded

@@ -4,18 +4,22 @@
 #include <cstdio>
 #include <filesystem>
 #include <map>
+#include <fstream>
 #include <memory>
+#include <optional>
 #include <set>
 
 #include "embcache/batch/pass_fusion.hpp"
 #include "embcache/batch/report.hpp"
 #include "embcache/batch/results_table.hpp"
 #include "embcache/batch/run_ledger.hpp"
+#include "embcache/batch/slurm_executor.hpp"
 #include "embcache/batch/study_config.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/file_lock.hpp"
 #include "embcache/core/files.hpp"
 #include "embcache/core/parse.hpp"
+#include "embcache/dataset/window_shard.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/probe/run_outputs.hpp"
 #include "embcache/probe/trainer.hpp"
@@ -125,6 +129,23 @@ std::unique_ptr<FileLock> lock_output_dir(const Study& study) {
                                     "output_dir must be writable");
 }
 
+// The content ids of the caches a run reads, as the ledger records them ("a,b"). `memo` keeps
+// what was read already.
+std::string caches_content(const ProbeOptions& o, std::map<std::string, std::string>* memo) {
+  std::string content;
+  for (const auto& cache : o.caches) {
+    auto [it, fresh] = memo->try_emplace(cache);
+    if (fresh) {
+      try {
+        if (fs::exists(cache)) it->second = CacheReader(cache).content_id().value_or("");
+      } catch (const Error&) {  // unreadable: not what any run was trained on; the pass will say why
+      }
+    }
+    content += (content.empty() ? "" : ",") + it->second;
+  }
+  return content;
+}
+
 void say_stale(std::size_t n, const char* more, const std::string& which_rows) {
   std::printf("%zu %sfinished run%s trained on rows %s; %s again\n", n, more, n == 1 ? " was" : "s were",
               which_rows.c_str(), n == 1 ? "it runs" : "they run");
@@ -164,20 +185,7 @@ class StudyPlan {
   }
 
   // The content ids of the caches a run reads, as the ledger records them.
-  std::string content_of(const ProbeOptions& o) {
-    std::string content;
-    for (const auto& cache : o.caches) {
-      auto [it, fresh] = content_memo_.try_emplace(cache);
-      if (fresh) {
-        try {
-          if (fs::exists(cache)) it->second = CacheReader(cache).content_id().value_or("");
-        } catch (const Error&) {  // unreadable: not what any run was trained on; the pass will say why
-        }
-      }
-      content += (content.empty() ? "" : ",") + it->second;
-    }
-    return content;
-  }
+  std::string content_of(const ProbeOptions& o) { return caches_content(o, &content_memo_); }
 
   std::size_t pending() const { return pending_.size(); }
 
@@ -219,6 +227,21 @@ void print_dry_run(const Study& study, const Selection& selected, const StudyPla
   std::fflush(stdout);
 }
 
+PrecomputeSummary run_entry_precompute(const Study& study, const PrecomputeEntry& p, const PrecomputePlan& plan) {
+  PrecomputeSummary summary;
+  try {
+    summary = run_precompute(plan);
+  } catch (const SignatureMismatch& e) {
+    // "overwrite": true would rebuild the cache, and retrain its runs, at every rerun.
+    throw InputError(study.path + ": precompute \"" + p.name + "\": " + e.mismatch +
+                     "; delete it to rebuild it with this entry's options (the runs that read it then train "
+                     "again), or give the entry another \"out\"" + e.note);
+  }
+  std::printf("%s%s\n", plan.shard.whole() ? "" : ("shard " + plan.shard.text() + ": ").c_str(), summary.one_line().c_str());
+  std::fflush(stdout);
+  return summary;
+}
+
 void run_precomputes(const Study& study, const Selection& selected) {
   for (const auto& p : study.precomputes) {
     if (!selected.precomputes.count(p.name)) continue;
@@ -226,19 +249,14 @@ void run_precomputes(const Study& study, const Selection& selected) {
     fs::create_directories(fs::path(p.options.out).parent_path(), ec);
     std::printf("== precompute %s ==\n", p.name.c_str());
     std::fflush(stdout);
-    PrecomputeSummary summary;
-    try {
-      summary = run_precompute(p.plan);
-    } catch (const SignatureMismatch& e) {
-      // "overwrite": true would rebuild the cache, and retrain its runs, at every rerun.
-      throw InputError(study.path + ": precompute \"" + p.name + "\": " + e.mismatch +
-                       "; delete it to rebuild it with this entry's options (the runs that read it then train "
-                       "again), or give the entry another \"out\"" + e.note);
-    }
-    std::printf("%s\n", summary.one_line().c_str());
-    std::fflush(stdout);
-    if (summary.interrupted) {
-      throw Interrupted("interrupted during precompute " + p.name + "; rerun the same command to continue");
+    // "shards": N runs its shards one after another: the cache gets the parts a job array gives it.
+    for (std::int64_t shard = 0; shard < p.shards; ++shard) {
+      PrecomputePlan plan = p.plan;
+      plan.shard = {shard, p.shards};
+      const PrecomputeSummary summary = run_entry_precompute(study, p, plan);
+      if (summary.interrupted) {
+        throw Interrupted("interrupted during precompute " + p.name + "; rerun the same command to continue");
+      }
     }
   }
 }
@@ -272,8 +290,8 @@ nlohmann::json write_run(const ProbeRun& run, const CombinationOutcome& c, std::
   return row;
 }
 
-// Trains one pass and records each of its runs in the ledger as soon as the pass ends.
-void run_pass(const Study& study, const Pass& pass, const std::string& trained_on, RunLedger& ledger) {
+// Trains one pass, writes its runs' directories and returns their ledger rows.
+std::vector<nlohmann::json> train_pass(const Study& study, const Pass& pass, const std::string& trained_on) {
   std::vector<nlohmann::json> rows;
   ProbeHooks hooks;
   hooks.on_combination = [&](const CombinationOutcome& c) {
@@ -285,14 +303,200 @@ void run_pass(const Study& study, const Pass& pass, const std::string& trained_o
   if (rows.size() != pass.runs.size()) {
     throw std::logic_error("run: a pass finished without results for every run it fused");
   }
-  ledger.append(rows);
+  return rows;
+}
+
+// Trains one pass and records each of its runs in the ledger as soon as the pass ends.
+void run_pass(const Study& study, const Pass& pass, const std::string& trained_on, RunLedger& ledger) {
+  ledger.append(train_pass(study, pass, trained_on));
   write_results(study, ledger);
+}
+
+// --- Slurm: what the jobs run, and the run that submits and collects them (docs/scale-out.md) ---
+
+// A task of a precompute entry's job array: its shard SLURM_ARRAY_TASK_ID of "shards".
+void run_worker_precompute(const Study& study, const std::string& name) {
+  const auto it = std::find_if(study.precomputes.begin(), study.precomputes.end(), [&](const auto& p) { return p.name == name; });
+  if (it == study.precomputes.end()) throw InputError(study.path + ": no precompute entry \"" + name + "\" (was the study edited after it was submitted?)");
+  const std::int64_t task = slurm_array_task().second;
+  if (task < 0 || task >= it->shards) {
+    throw UsageError(OptionName{"task"}, "array task " + std::to_string(task) + " is not a shard of precompute \"" + name +
+                     "\", which has " + std::to_string(it->shards));
+  }
+  PrecomputePlan plan = it->plan;
+  plan.shard = {task, it->shards};
+  std::error_code ec;
+  fs::create_directories(fs::path(plan.out).parent_path(), ec);
+  if (run_entry_precompute(study, *it, plan).interrupted) throw Interrupted("interrupted during precompute " + name);
+}
+
+// A pass job: trains the runs, writes their directories, and leaves their ledger rows in
+// OUTPUT_DIR/slurm/results for the `embcache run` that collects it.
+void run_worker_pass(const Study& study, const std::vector<std::string>& ids, const std::string& results) {
+  std::vector<std::size_t> runs;
+  for (const auto& id : ids) {
+    const auto it = std::find_if(study.runs.begin(), study.runs.end(), [&](const ProbeRun& r) { return r.id == id; });
+    if (it == study.runs.end()) throw InputError(study.path + ": no run with id " + id + " (was the study edited after it was submitted?)");
+    runs.push_back(std::size_t(it - study.runs.begin()));
+  }
+  const std::vector<Pass> passes = fuse_runs(study, runs);
+  preflight_passes(study, passes);
+  std::string lines;
+  std::map<std::string, std::string> memo;
+  for (const Pass& pass : passes) {
+    for (const auto& row : train_pass(study, pass, caches_content(pass.plan.options, &memo))) lines += row.dump() + "\n";
+  }
+  write_text_atomically(results, lines, "the results of this pass");
+}
+
+// Which shards of a precompute entry a Slurm run submits: those with windows the cache lacks,
+// whose newest part is marked interrupted, or whose last run died with commits (all with --force).
+std::vector<std::int64_t> shards_to_submit(const PrecomputeEntry& entry, bool force) {
+  std::vector<std::int64_t> all;
+  for (std::int64_t i = 0; i < entry.shards; ++i) all.push_back(i);
+  if (force || !fs::exists(entry.options.out)) return all;
+  std::set<std::int64_t> todo;
+  try {
+    const CacheReader cache(entry.options.out, CacheReader::MissingParts::kSkip);
+    std::set<std::pair<std::string, std::string>> cached;
+    const CacheIndex index = cache.read_index(0, cache.rows(), {true, false, false});
+    for (std::size_t r = 0; r < index.windows.size(); ++r) cached.insert({index.groups[r], index.windows[r]});
+    const auto source = open_window_source(entry.plan);  // lists windows; reads no pixels
+    for (const auto& w : source->windows()) {
+      if (!cached.count({w.group, w.name})) todo.insert(shard_of_window(w.group, w.name, entry.shards));
+    }
+    std::map<std::int64_t, bool> newest_complete;
+    for (const CachePart& part : cache.parts().parts) {
+      const ShardSpec spec = shard_from_text(part.shard);
+      if (spec.count == entry.shards) newest_complete[spec.index] = part.complete;
+    }
+    for (const auto& [shard, complete] : newest_complete) {
+      if (!complete) todo.insert(shard);
+    }
+    for (const RunState& run : run_states(entry.options.out)) {
+      const ShardSpec spec = shard_from_text(run.shard);
+      if (run.records > 0 && spec.count == entry.shards) todo.insert(spec.index);
+    }
+  } catch (const Error&) {
+    return all;  // unreadable: the tasks will say why
+  }
+  return {todo.begin(), todo.end()};
+}
+
+// Appends the ledger rows of the pass tasks that succeeded; returns the lines of those that left none.
+std::vector<std::string> collect(const SlurmExecutor& slurm, const SlurmOutcome& outcome, RunLedger& ledger) {
+  std::vector<std::string> missing;
+  for (const auto& [job, task] : outcome.succeeded) {
+    if (job->kind != "pass") continue;
+    const std::string file = slurm.results_file(job->id, task);
+    std::ifstream in(file);
+    std::vector<nlohmann::json> rows;
+    std::string line;
+    while (std::getline(in, line)) {
+      if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+    }
+    if (rows.empty()) {
+      missing.push_back("job " + job->id + "_" + std::to_string(task) + " (" + job->name + ") left no results in " + file +
+                        "; log: " + job->log_of(task));
+      continue;
+    }
+    ledger.append(rows);
+    std::error_code ec;
+    fs::remove(file, ec);
+  }
+  return missing;
+}
+
+// Submits one round: the precompute arrays (first round only) and the passes, each pass after the
+// arrays of its caches.
+std::vector<SubmittedJob> submit_round(SlurmExecutor& slurm, const Study& study, const Selection& selected,
+                                       const StudyPlan& plan, bool precomputes, bool force) {
+  std::vector<SubmittedJob> jobs;
+  std::map<std::string, std::string> array_of_cache;
+  for (const auto& p : study.precomputes) {
+    if (!precomputes || !selected.precomputes.count(p.name)) continue;
+    const std::vector<std::int64_t> shards = shards_to_submit(p, force);
+    if (shards.empty()) {
+      std::printf("slurm: precompute %s: every shard is done\n", p.name.c_str());
+      continue;
+    }
+    jobs.push_back(slurm.submit("precompute", "precompute " + p.name, "precompute=" + p.name, shards, {}));
+    array_of_cache[p.options.out] = jobs.back().id;
+  }
+  for (std::size_t i = 0; i < plan.passes.size(); ++i) {
+    const Pass& pass = plan.passes[i];
+    std::vector<std::string> ids, after;
+    for (auto r : pass.runs) ids.push_back(study.runs[r].id);
+    for (const auto& cache : pass.plan.options.caches) {
+      if (array_of_cache.count(cache)) after.push_back(array_of_cache[cache]);
+    }
+    const std::string name = "pass " + std::to_string(i + 1) + " " + study.runs[pass.runs.front()].group;
+    jobs.push_back(slurm.submit("pass", name, "pass=" + join(ids, ","), {0}, after));
+  }
+  return jobs;
+}
+
+// The slurm executor: collects what an earlier run left, submits, waits, collects. Returns the
+// failure lines (empty: every task succeeded), or nullopt after --detach.
+std::optional<std::vector<std::string>> run_on_slurm(const Study& study, const Selection& selected, StudyPlan& plan,
+                                                     RunLedger& ledger, const RunStudyOptions& options) {
+  SlurmExecutor slurm(study);
+  std::vector<std::string> failures;
+  const std::vector<SubmittedJob> earlier = slurm.load_pending();
+  if (!earlier.empty()) {
+    std::printf("slurm: collecting %zu job%s an earlier `embcache run` submitted\n", earlier.size(), earlier.size() == 1 ? "" : "s");
+    const SlurmOutcome outcome = slurm.wait(earlier);
+    failures = outcome.failures;
+    for (auto& line : collect(slurm, outcome, ledger)) failures.push_back(line);
+    slurm.save_pending({});
+    if (!failures.empty()) std::printf("slurm: %zu task(s) of the earlier submission failed; submitting them again\n", failures.size());
+    failures.clear();
+  }
+  for (int round = 0; round < 2; ++round) {
+    plan.update();
+    const std::vector<SubmittedJob> jobs = submit_round(slurm, study, selected, plan, round == 0, options.force && round == 0);
+    if (jobs.empty()) break;
+    slurm.save_pending(jobs);
+    if (options.detach) {
+      std::printf("slurm: submitted; run `embcache run %s` later to collect the results (it waits for jobs still queued)\n",
+                  study.path.c_str());
+      return std::nullopt;
+    }
+    const SlurmOutcome outcome = slurm.wait(jobs);
+    failures.insert(failures.end(), outcome.failures.begin(), outcome.failures.end());
+    for (auto& line : collect(slurm, outcome, ledger)) failures.push_back(line);
+    slurm.save_pending({});
+    const bool precomputed = std::any_of(jobs.begin(), jobs.end(), [](const SubmittedJob& j) { return j.kind == "precompute"; });
+    if (!failures.empty() || !precomputed) break;
+    // The precomputes may have changed rows that runs finished before were trained on.
+  }
+  return failures;
+}
+
+// The results tables and the report, from the ledger.
+void finish_study(const Study& study, const RunLedger& ledger, const Selection& selected) {
+  // Precomputes alone (no probe entries, or --only a precompute) have no results to table.
+  if (selected.groups.empty()) return;
+  write_results(study, ledger);
+  std::printf("\n%s", results_text(study, ledger, selected.groups).c_str());
+  const std::string report = write_report(study.output_dir);
+  std::printf("\nresults: %s/results.csv, %s/results.jsonl\nreport: %s\n", study.output_dir.c_str(),
+              study.output_dir.c_str(), report.c_str());
+  std::fflush(stdout);
 }
 
 }  // namespace
 
 void run_study(const RunStudyOptions& options) {
   const Study study = load_study(options.config);
+  if (!options.task.empty()) {  // inside a Slurm job: no lock, no ledger (the collecting run owns both)
+    const WorkerTask task = parse_worker_task(options.task);
+    if (task.kind == "precompute") return run_worker_precompute(study, task.precompute);
+    const auto [job, index] = slurm_array_task();
+    return run_worker_pass(study, task.run_ids, study.output_dir + "/slurm/results/" + job + "_" + std::to_string(index) + ".jsonl");
+  }
+  const bool slurm = study.executor.kind == Executor::Kind::kSlurm;
+  if (options.detach && !slurm) throw UsageError(OptionName{"detach"}, "is for studies whose \"executor\" is slurm");
   const Selection selected = select_entries(study, options.only);
   // A dry run only reads.
   const std::unique_ptr<FileLock> lock = options.dry_run ? nullptr : lock_output_dir(study);
@@ -310,6 +514,24 @@ void run_study(const RunStudyOptions& options) {
     return;
   }
 
+  if (slurm) {
+    const auto failures = run_on_slurm(study, selected, plan, ledger, options);
+    if (!failures) return;  // --detach
+    if (failures->empty()) {
+      finish_study(study, ledger, selected);
+    } else {
+      for (const auto& line : *failures) std::printf("slurm: %s\n", line.c_str());
+      std::fflush(stdout);
+      try {
+        finish_study(study, ledger, selected);  // what did finish
+      } catch (const InputError&) {  // nothing finished yet: no table to write
+      }
+      throw Error(ExitCode::kInput, std::to_string(failures->size()) + " Slurm task" + (failures->size() == 1 ? "" : "s") +
+                                        " failed (first: " + failures->front() + "); rerun `embcache run " + study.path +
+                                        "` to submit what is missing or failed");
+    }
+    return;
+  }
   run_precomputes(study, selected);
   // The precomputes may have changed rows that finished runs were trained on.
   const std::size_t stale_before = plan.stale;
@@ -325,14 +547,7 @@ void run_study(const RunStudyOptions& options) {
     std::fflush(stdout);
     run_pass(study, pass, plan.content_of(pass.plan.options), ledger);
   }
-  // Precomputes alone (no probe entries, or --only a precompute) have no results to table.
-  if (selected.groups.empty()) return;
-  write_results(study, ledger);
-  std::printf("\n%s", results_text(study, ledger, selected.groups).c_str());
-  const std::string report = write_report(study.output_dir);
-  std::printf("\nresults: %s/results.csv, %s/results.jsonl\nreport: %s\n", study.output_dir.c_str(),
-              study.output_dir.c_str(), report.c_str());
-  std::fflush(stdout);
+  finish_study(study, ledger, selected);
 }
 
 }  // namespace embcache

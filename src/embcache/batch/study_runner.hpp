@@ -12,6 +12,8 @@ struct RunStudyOptions {
   bool dry_run = false;
   bool force = false;              // rerun finished runs
   std::vector<std::string> only;   // entry names (precompute or probe); empty = all
+  bool detach = false;             // slurm executor: submit, record the jobs and return
+  std::string task;                // what a Slurm job runs: "precompute=NAME" or "pass=ID,..." ("" = the study)
 };
 
 void run_study(const RunStudyOptions& options);

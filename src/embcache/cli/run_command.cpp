@@ -17,6 +17,9 @@ void setup_run(CLI::App& app) {
   sub->add_flag("--dry-run", o->dry_run, "Print the plan (caches, runs, how they fuse) and run nothing");
   sub->add_flag("--force", o->force, "Rerun runs the ledger records as finished");
   sub->add_option("--only", o->only, "Run only these entries (precompute or probe names; repeat or comma list)")->delimiter(',');
+  sub->add_flag("--detach", o->detach, "Slurm executor: submit the jobs and return; a later `embcache run` collects them");
+  sub->add_option("--task", o->task, "What a Slurm job of the study runs (precompute=NAME or pass=IDS); set by the "
+                  "executor's job scripts")->group("");
   sub->callback([o] { run_study(*o); });
 }
 
