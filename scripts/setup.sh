@@ -23,7 +23,8 @@ done
 
 release=${EMBCACHE_DEBIAN_RELEASE:-$(. /etc/os-release && echo "${VERSION_ID:-unknown}")}
 # The same package names serve Debian 12 and 13 (checked on both on 2026-12-01); LibTorch is
-# 1.13.1 on 12 and 2.6.0 on 13, HDF5 1.10.8 / 1.14.5, GDAL 3.6.2 / 3.10.3.
+# 1.13.1 on 12 and 2.6.0 on 13, HDF5 1.10.8 / 1.14.5, GDAL 3.6.2 / 3.10.3. slurm-wlm and munge:
+# the Slurm executor's commands, and the single-node cluster the tests start (tests/slurm/).
 PACKAGES=(
   cmake g++ make ccache pkg-config pmccabe
   libopenblas0-openmp
@@ -32,6 +33,7 @@ PACKAGES=(
   libgdal-dev gdal-bin python3-gdal
   python3-h5py python3-numpy python3-sklearn
   dataset-fashion-mnist
+  slurm-wlm munge
 )
 if ((cuda)); then
   if [[ $release != 13 ]]; then

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 #include <thread>
 
@@ -176,6 +177,7 @@ void SlurmExecutor::cancel(const std::vector<SubmittedJob>& jobs) const {
 SlurmOutcome SlurmExecutor::wait(const std::vector<SubmittedJob>& jobs) const {
   SlurmOutcome outcome;
   std::string last_line;
+  std::set<std::string> cancelled;  // jobs we cancelled because a job they wait for failed
   for (;;) {
     if (stop_requested()) {
       cancel(jobs);
@@ -211,13 +213,14 @@ SlurmOutcome SlurmExecutor::wait(const std::vector<SubmittedJob>& jobs) const {
         ++failed;
         const std::string subject = job.name + (job.kind == "precompute" && job.tasks.size() > 1
                                                     ? " shard " + std::to_string(task) : std::string());
-        outcome.failures.push_back("job " + key + " (" + subject + ") " +
-                                   (rc >= 0 ? "failed with exit status " + std::to_string(rc)
-                                            : std::string("ended without an exit status (cancelled, killed, out of time or memory)")) +
-                                   "; log: " + job.log_of(task));
+        const std::string why = rc >= 0 ? "failed with exit status " + std::to_string(rc)
+                                : cancelled.count(job.id) ? std::string("was cancelled: a job it waits for failed")
+                                                          : std::string("ended without an exit status (cancelled, killed, out of time or memory)");
+        outcome.failures.push_back("job " + key + " (" + subject + ") " + why + "; log: " + job.log_of(task));
       }
     }
     if (!never.empty()) {
+      cancelled.insert(never.begin(), never.end());
       std::vector<std::string> argv{"scancel"};
       argv.insert(argv.end(), never.begin(), never.end());
       run_command(argv);  // their precompute failed: they would wait forever

@@ -449,7 +449,8 @@ std::optional<std::vector<std::string>> run_on_slurm(const Study& study, const S
     failures = outcome.failures;
     for (auto& line : collect(slurm, outcome, ledger)) failures.push_back(line);
     slurm.save_pending({});
-    if (!failures.empty()) std::printf("slurm: %zu task(s) of the earlier submission failed; submitting them again\n", failures.size());
+    for (const auto& line : failures) std::printf("slurm: %s\n", line.c_str());
+    if (!failures.empty()) std::printf("slurm: %zu task(s) of the earlier submission failed; submitting what is missing\n", failures.size());
     failures.clear();
   }
   for (int round = 0; round < 2; ++round) {
