@@ -48,17 +48,20 @@ double imbalance(const Windows& w, std::int64_t count) {
 }  // namespace
 
 // A rule that never moves a window when others are added can only be balanced as a random
-// assignment is: for 1,000 windows of 1-16 crops the crops of a shard vary by about 6.5% (one
-// standard deviation) at N = 4. So the test asserts the spread over 400 such datasets, which a
-// hash that clumps (similar names on one shard) fails: 95% within 15% for N <= 4, medians under 8%.
-TEST_CASE("shards of 1,000 windows of mixed sizes are balanced within 15% by crops for N <= 4") {
-  for (std::int64_t n : {2, 3, 4}) {
+// assignment is: for 1,000 windows of 1-16 crops, the crops of one shard vary by about 6.5% (one
+// standard deviation) at N = 4, so the largest of 4 shards is more than 15% off in about 5% of
+// datasets. The test asserts that spread over 400 such datasets, which a hash that clumps
+// (similar names on one shard) fails; scripts/bench_scale.sh prints it for larger N.
+TEST_CASE("shards of 1,000 windows of mixed sizes: balanced by crops as a random assignment is") {
+  const std::map<std::int64_t, std::pair<double, double>> bounds{  // N -> (median, 95th percentile)
+      {2, {0.04, 0.08}}, {3, {0.08, 0.13}}, {4, {0.10, 0.18}}};
+  for (const auto& [n, bound] : bounds) {
     CAPTURE(n);
     std::vector<double> worst;
     for (std::uint64_t seed = 0; seed < 400; ++seed) worst.push_back(imbalance(mixed_windows(1000, 1000 + seed), n));
     std::sort(worst.begin(), worst.end());
-    CHECK(worst[200] <= 0.08);
-    CHECK(worst[380] <= 0.15);
+    CHECK(worst[200] <= bound.first);
+    CHECK(worst[380] <= bound.second);
   }
 }
 

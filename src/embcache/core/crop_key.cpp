@@ -30,6 +30,12 @@ std::uint64_t window_key_hash(const std::string& group, const std::string& windo
   return h;
 }
 
+std::uint64_t crop_key_hash(const std::string& group, const std::string& window, const std::int64_t* bounds) {
+  std::uint64_t h = window_key_hash(group, window);
+  for (int k = 0; k < 4; ++k) h = (h ^ std::uint64_t(bounds[k])) * 1099511628211ull;
+  return h;
+}
+
 std::string CropKey::describe() const {
   return group + "/" + window + "[" + std::to_string(bounds.x1) + "," + std::to_string(bounds.y1) +
          "," + std::to_string(bounds.x2) + "," + std::to_string(bounds.y2) + "]";

@@ -36,5 +36,7 @@ struct CropKey {
 // and on every machine. --val-fraction carves and --shard splits by it, so all crops of a window
 // stay together.
 std::uint64_t window_key_hash(const std::string& group, const std::string& window);
+// A crop's key (group, window, bounds x1 y1 x2 y2) as 64 bits: the window hash, then each bound mixed in.
+std::uint64_t crop_key_hash(const std::string& group, const std::string& window, const std::int64_t* bounds);
 
 }  // namespace embcache

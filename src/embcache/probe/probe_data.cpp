@@ -19,12 +19,6 @@ namespace {
 // carve, whatever the seed, and all crops of a window stay together (no leakage across splits).
 std::uint64_t window_hash(const std::string& group, const std::string& window) { return window_key_hash(group, window); }
 
-// A crop's key (group, window, bounds) as 64 bits: the window hash, then each bound mixed in.
-std::uint64_t crop_key_hash(const std::string& group, const std::string& window, const std::int64_t* bounds) {
-  std::uint64_t h = window_hash(group, window);
-  for (int k = 0; k < 4; ++k) h = (h ^ std::uint64_t(bounds[k])) * 1099511628211ull;
-  return h;
-}
 
 std::string split_counts_text(const std::map<std::string, std::int64_t>& counts) {
   std::string text;

@@ -103,7 +103,7 @@ bool CacheView::complete() const {
 
 bool is_view_file(hid_t file) { return h5::exists(file, kParts); }
 
-CacheView read_view_table(hid_t file, const std::string& path) {
+CacheView read_view_table(hid_t file, const std::string& path, bool key_hashes) {
   const std::string where = path + ":/parts";
   CacheView view;
   try {
@@ -121,7 +121,7 @@ CacheView read_view_table(hid_t file, const std::string& path) {
       throw InputError(path + ": the /parts table's columns differ in length; the view is damaged");
     }
     for (std::size_t i = 0; i < n; ++i) {
-      CachePart part{files[i], rows[i], bytes[i], ids[i], shards[i], complete[i] != 0, nullptr};
+      CachePart part{files[i], rows[i], bytes[i], ids[i], shards[i], complete[i] != 0, nullptr, {}};
       if (!computed[i].empty()) part.computed_with = nlohmann::json::parse(computed[i], nullptr, false);
       view.parts.push_back(std::move(part));
     }
@@ -132,6 +132,15 @@ CacheView read_view_table(hid_t file, const std::string& path) {
         throw InputError(path + ": /parts/segments row " + std::to_string(s / 3) + " lies outside its part; the view is damaged");
       }
       view.segments.push_back(segment);
+    }
+    if (key_hashes) {
+      const auto hashes = ints_of(file, "parts/key_hash", where);
+      std::size_t at = 0;
+      for (auto& part : view.parts) {
+        if (at + std::size_t(part.rows) > hashes.size()) throw InputError(path + ": /parts/key_hash is short; the view is damaged");
+        part.key_hashes.assign(hashes.begin() + std::ptrdiff_t(at), hashes.begin() + std::ptrdiff_t(at + std::size_t(part.rows)));
+        at += std::size_t(part.rows);
+      }
     }
   } catch (const InputError&) {
     throw;
@@ -179,8 +188,10 @@ void write_view_file(const std::string& out_path, const std::string& cache_dir, 
     }
     const h5::Group parts = h5::create_group(root, kParts);
     std::vector<std::string> files, ids, shards, computed;
-    std::vector<std::int64_t> part_rows, bytes, complete, segments;
+    std::vector<std::int64_t> part_rows, bytes, complete, segments, hashes;
     for (const CachePart& p : view.parts) {
+      if (std::int64_t(p.key_hashes.size()) != p.rows) throw std::logic_error("write_view_file: a part without its key hashes");
+      for (auto h : p.key_hashes) hashes.push_back(std::int64_t(h));
       files.push_back(p.file);
       ids.push_back(p.content_id);
       shards.push_back(p.shard);
@@ -200,6 +211,7 @@ void write_view_file(const std::string& out_path, const std::string& cache_dir, 
     h5::write_int64_dataset(parts.get(), "complete", {n}, complete, where);
     h5::write_string_dataset(parts.get(), "computed_with", computed, where);
     h5::write_int64_dataset(parts.get(), "segments", {hsize_t(view.segments.size()), 3}, segments, where);
+    h5::write_int64_dataset(parts.get(), "key_hash", {hsize_t(hashes.size())}, hashes, where);
   }
   h5::close_file(file, out_path);
 }

@@ -24,6 +24,9 @@ struct CachePart {
   std::string shard = "0/1"; // the --shard of the run that computed it
   bool complete = true;      // that run finished every crop of its shard
   nlohmann::json computed_with = nullptr;  // device, torch, amp, shard (signature "computed_with")
+  // crop_key_hash of each of its rows (read only on request): what an install compares a new
+  // part's keys with, without opening the older parts.
+  std::vector<std::uint64_t> key_hashes;
 };
 
 // Rows [start, start + count) of part `part`, shown as consecutive rows of the view.
@@ -49,11 +52,13 @@ struct ViewHeader {
 
 // Whether an open cache file is a view (it has /parts).
 bool is_view_file(hid_t file);
-// The table of an open view file; InputError naming `path` when it is damaged.
-CacheView read_view_table(hid_t file, const std::string& path);
+// The table of an open view file (with each part's key hashes when asked); InputError naming
+// `path` when it is damaged.
+CacheView read_view_table(hid_t file, const std::string& path, bool key_hashes = false);
 // Writes a view of `view` to `out_path` (truncating): every dataset of the first part's file,
 // as a virtual dataset over the segments, with its attributes; float datasets read as NaN (int8
-// levels: their scales) and integer labels as -1 where a part file is missing. `cache_dir`: the
+// levels: their scales) and integer labels as -1 where a part file is missing. Every part must
+// carry its key hashes (/parts/key_hash). `cache_dir`: the
 // directory the part paths are relative to, where `out_path` must lie too.
 void write_view_file(const std::string& out_path, const std::string& cache_dir, const CacheView& view,
                      const ViewHeader& header);

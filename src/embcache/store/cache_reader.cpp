@@ -29,19 +29,18 @@ std::string part_problem(const std::string& path, std::int64_t bytes) {
 
 }  // namespace
 
-CacheReader::CacheReader(std::string path, MissingParts missing) : meta_(std::move(path)) {
+CacheReader::CacheReader(std::string path, MissingParts missing, bool key_hashes) : meta_(std::move(path)) {
   dir_ = fs::absolute(meta_.path()).parent_path().string();
   format_ = h5::read_attr_int(meta_.file(), "embcache_format").value_or(1);
   if (!is_view_file(meta_.file())) {
     rows_ = meta_.rows();
     parts_.parts.push_back({fs::path(meta_.path()).filename().string(), rows_, 0, meta_.content_id().value_or(""),
-                            "0/1", meta_.complete().value_or(true), meta_.signature().value("computed_with", nlohmann::json())});
+                            "0/1", meta_.complete().value_or(true), meta_.signature().value("computed_with", nlohmann::json()), {}});
     parts_.segments.push_back({0, 0, rows_});
     view_starts_.push_back(0);
-    opened_.resize(1);
     return;
   }
-  view_ = read_view_table(meta_.file(), meta_.path());
+  view_ = read_view_table(meta_.file(), meta_.path(), key_hashes);
   parts_.parts = view_->parts;
   std::vector<bool> usable(parts_.parts.size(), true);
   for (std::size_t p = 0; p < parts_.parts.size(); ++p) {
@@ -66,7 +65,6 @@ CacheReader::CacheReader(std::string path, MissingParts missing) : meta_(std::mo
     throw InputError(meta_.path() + ": the table of parts holds " + std::to_string(rows_) + " rows but the view " +
                      std::to_string(meta_.rows()) + "; the view is damaged (embcache compact cannot help: rebuild it)");
   }
-  opened_.resize(parts_.parts.size());
 }
 
 CacheReader::~CacheReader() = default;
@@ -75,24 +73,30 @@ std::string CacheReader::part_path(std::size_t index) const {
   return view_ ? dir_ + "/" + parts_.parts.at(index).file : meta_.path();
 }
 
-const CacheFileReader& CacheReader::part(std::size_t index) const {
-  if (!view_) return meta_;
+std::shared_ptr<const CacheFileReader> CacheReader::part(std::size_t index) const {
+  if (!view_) return std::shared_ptr<const CacheFileReader>(std::shared_ptr<void>(), &meta_);
   std::lock_guard<std::mutex> lock(open_mutex_);
-  auto& slot = opened_.at(index);
-  if (!slot) {
-    const std::string file = part_path(index);
-    try {
-      slot = std::make_unique<CacheFileReader>(file);
-    } catch (const Error& e) {
-      throw InputError(meta_.path() + ": part " + parts_.parts[index].file + " cannot be read (" + e.what() +
-                       "); rerun the precompute of shard " + parts_.parts[index].shard + " to compute its rows again");
-    }
-    if (slot->rows() != parts_.parts[index].rows) {
-      throw InputError(meta_.path() + ": part " + parts_.parts[index].file + " holds " + std::to_string(slot->rows()) +
-                       " rows, the table says " + std::to_string(parts_.parts[index].rows) + "; it was replaced");
-    }
+  for (auto it = open_.begin(); it != open_.end(); ++it) {
+    if (it->first != index) continue;
+    auto found = *it;
+    open_.erase(it);
+    open_.push_back(found);
+    return found.second;
   }
-  return *slot;
+  std::shared_ptr<const CacheFileReader> reader;
+  try {
+    reader = std::make_shared<const CacheFileReader>(part_path(index));
+  } catch (const Error& e) {
+    throw InputError(meta_.path() + ": part " + parts_.parts[index].file + " cannot be read (" + e.what() +
+                     "); rerun the precompute of shard " + parts_.parts[index].shard + " to compute its rows again");
+  }
+  if (reader->rows() != parts_.parts[index].rows) {
+    throw InputError(meta_.path() + ": part " + parts_.parts[index].file + " holds " + std::to_string(reader->rows()) +
+                     " rows, the table says " + std::to_string(parts_.parts[index].rows) + "; it was replaced");
+  }
+  if (open_.size() >= kOpenParts) open_.erase(open_.begin());
+  open_.emplace_back(index, reader);
+  return reader;
 }
 
 std::size_t CacheReader::segment_of(std::int64_t row) const {
@@ -119,34 +123,35 @@ std::vector<CacheReader::Piece> CacheReader::pieces(std::int64_t start, std::int
 template <class Read>
 at::Tensor CacheReader::gather(std::int64_t start, std::int64_t count, const Read& read) const {
   const std::vector<Piece> ps = pieces(start, count);
-  if (ps.size() == 1) return read(part(ps[0].part), ps[0].start, ps[0].count);
-  if (ps.empty()) return read(part(0), 0, 0);
+  if (ps.size() == 1) return read(*part(ps[0].part), ps[0].start, ps[0].count);
+  if (ps.empty()) return read(*part(0), 0, 0);
   std::vector<at::Tensor> blocks;
-  for (const Piece& p : ps) blocks.push_back(read(part(p.part), p.start, p.count));
+  for (const Piece& p : ps) blocks.push_back(read(*part(p.part), p.start, p.count));
   return at::cat(blocks);
 }
 
 CacheIndex CacheReader::read_index(std::int64_t start, std::int64_t count, IndexColumns columns) const {
   CacheIndex index;
   for (const Piece& p : pieces(start, count)) {
-    const CacheFileReader& file = part(p.part);
-    const hid_t f = file.file();
+    const auto file = part(p.part);
+    const hid_t f = file->file();
+    const std::string where = file->path();
     const hsize_t s = hsize_t(p.start), n = hsize_t(p.count);
-    auto strings = [&](const char* name) { return h5::read_strings(h5::open_dataset(f, name).get(), s, n, file.path()); };
+    auto strings = [&](const char* name) { return h5::read_strings(h5::open_dataset(f, name).get(), s, n, where); };
     if (columns.keys) {
       append(index.groups, strings(cache_paths::kGroup));
       append(index.windows, strings(cache_paths::kWindow));
       const std::size_t at = index.bounds.size();
       index.bounds.resize(at + 4 * n);
       h5::read_rows(h5::open_dataset(f, cache_paths::kBounds).get(), H5T_NATIVE_INT64, s, n, index.bounds.data() + at,
-                    file.path());
+                    where);
     }
     if (columns.splits) append(index.splits, strings(cache_paths::kSplit));
     if (columns.hashes) {
       const std::size_t at = index.pixel_hashes.size();
       index.pixel_hashes.resize(at + n);
       h5::read_rows(h5::open_dataset(f, cache_paths::kPixelHash).get(), H5T_NATIVE_UINT64, s, n,
-                    index.pixel_hashes.data() + at, file.path());
+                    index.pixel_hashes.data() + at, where);
     }
   }
   return index;
@@ -154,10 +159,10 @@ CacheIndex CacheReader::read_index(std::int64_t start, std::int64_t count, Index
 
 RowBatch CacheReader::read_rows(std::int64_t start, std::int64_t count) const {
   const std::vector<Piece> ps = pieces(start, count);
-  if (ps.size() == 1) return part(ps[0].part).read_rows(ps[0].start, ps[0].count);
-  if (ps.empty()) return part(0).read_rows(0, 0);
+  if (ps.size() == 1) return part(ps[0].part)->read_rows(ps[0].start, ps[0].count);
+  if (ps.empty()) return part(0)->read_rows(0, 0);
   std::vector<RowBatch> batches;
-  for (const Piece& p : ps) batches.push_back(part(p.part).read_rows(p.start, p.count));
+  for (const Piece& p : ps) batches.push_back(part(p.part)->read_rows(p.start, p.count));
   RowBatch out;
   auto cat = [&](auto member) {
     std::vector<at::Tensor> ts;
@@ -219,13 +224,13 @@ at::Tensor CacheReader::read_pixel_values(std::int64_t start, std::int64_t count
 
 std::int64_t CacheReader::chunk_rows() const {
   if (parts_.segments.empty()) return meta_.chunk_rows();
-  return part(std::size_t(parts_.segments.front().part)).chunk_rows();
+  return part(std::size_t(parts_.segments.front().part))->chunk_rows();
 }
 
 std::pair<std::int64_t, std::int64_t> CacheReader::chunk_around(std::int64_t row) const {
   const std::size_t s = segment_of(row);
   const RowSegment& seg = parts_.segments.at(s);
-  const std::int64_t r = part(std::size_t(seg.part)).chunk_rows();
+  const std::int64_t r = part(std::size_t(seg.part))->chunk_rows();
   const std::int64_t part_row = seg.start + (row - view_starts_[s]);
   const std::int64_t first = std::max(part_row / r * r, seg.start);
   const std::int64_t end = std::min(part_row / r * r + r, seg.start + seg.count);
@@ -244,7 +249,8 @@ std::int64_t CacheReader::level_storage_bytes(const LevelSpec& level) const {
                               [&](const RowSegment& s) { return s.part == std::int64_t(p); })) {
       continue;
     }
-    const hid_t f = part(p).file();
+    const auto file = part(p);
+    const hid_t f = file->file();
     bytes += h5::storage_size(h5::open_dataset(f, std::string(cache_paths::kLevels) + "/" + level.name).get());
     if (storage().dtype == StorageDtype::kInt8) {
       bytes += h5::storage_size(h5::open_dataset(f, std::string(cache_paths::kScales) + "/" + level.name).get());

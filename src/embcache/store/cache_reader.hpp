@@ -30,7 +30,8 @@ class CacheReader : public RowSource {
   // parts are left out of rows() (missing_parts() names them): what a precompute that extends
   // the cache does, so that it computes their rows again.
   enum class MissingParts { kRefuse, kSkip };
-  explicit CacheReader(std::string path, MissingParts missing = MissingParts::kRefuse);
+  // `key_hashes`: parts() carries each part's key hashes (for installs).
+  explicit CacheReader(std::string path, MissingParts missing = MissingParts::kRefuse, bool key_hashes = false);
   ~CacheReader() override;
 
   const std::string& path() const { return meta_.path(); }
@@ -83,7 +84,10 @@ class CacheReader : public RowSource {
   };
   // The pieces that cover rows [start, start + count).
   std::vector<Piece> pieces(std::int64_t start, std::int64_t count) const;
-  const CacheFileReader& part(std::size_t index) const;
+  // An open part. At most kOpenParts stay open (least recently used closed first): HDF5 keeps
+  // about 1 MiB of metadata cache per open file, so 1,000 open parts took 840 MB.
+  std::shared_ptr<const CacheFileReader> part(std::size_t index) const;
+  static constexpr std::size_t kOpenParts = 16;
   std::size_t segment_of(std::int64_t row) const;
   // Reads rows [start, start + count) piece by piece with `read`, joined along rows.
   template <class Read>
@@ -98,7 +102,7 @@ class CacheReader : public RowSource {
   std::int64_t rows_ = 0;
   std::string dir_;
   mutable std::mutex open_mutex_;
-  mutable std::vector<std::unique_ptr<CacheFileReader>> opened_;
+  mutable std::vector<std::pair<std::size_t, std::shared_ptr<const CacheFileReader>>> open_;  // most recent last
 };
 
 }  // namespace embcache

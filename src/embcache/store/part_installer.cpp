@@ -56,15 +56,15 @@ void link_or_copy(const std::string& from, const std::string& to) {
   if (ec) throw IoError("cannot link " + from + " to " + to + ": " + ec.message());
 }
 
-std::string key_of(const CacheIndex& index, std::size_t row) {
-  return CropKey{index.groups[row], index.windows[row],
-                 {index.bounds[4 * row], index.bounds[4 * row + 1], index.bounds[4 * row + 2], index.bounds[4 * row + 3]}}
-      .map_key();
-}
-
 std::string amp_of(const nlohmann::json& computed_with) {
   if (!computed_with.is_object()) return "";
   return computed_with.value("amp", std::string());
+}
+
+std::vector<std::uint64_t> key_hashes_of(const CacheIndex& index) {
+  std::vector<std::uint64_t> hashes(index.windows.size());
+  for (std::size_t r = 0; r < hashes.size(); ++r) hashes[r] = crop_key_hash(index.groups[r], index.windows[r], &index.bounds[4 * r]);
+  return hashes;
 }
 
 // The part entry of a closed cache file at `relative` (to the cache's directory).
@@ -72,7 +72,7 @@ CachePart part_entry(const CacheFileReader& file, const std::string& relative, c
   const nlohmann::json computed = file.signature().value("computed_with", nlohmann::json());
   const std::string shard = computed.is_object() ? computed.value("shard", std::string("0/1")) : "0/1";
   return {relative, file.rows(), std::int64_t(fs::file_size(absolute)), file.content_id().value_or(new_content_id()),
-          shard, file.complete().value_or(true), computed};
+          shard, file.complete().value_or(true), computed, key_hashes_of(file.read_index())};
 }
 
 // InputError when `part` may not join `cache`: another signature, level shapes or amp.
@@ -129,15 +129,16 @@ void drop_unused_parts(CacheView& view) {
   view.parts = std::move(kept);
 }
 
-// Hides the rows of `view` (read through `cache`, in view order) whose key is in `keys`.
-std::int64_t hide_keys(CacheView& view, const CacheReader& cache, const std::unordered_set<std::string>& keys) {
-  const CacheIndex index = cache.read_index(0, cache.rows(), {true, false, false});
+// Hides the rows of `view` whose key hash is in `keys` (64-bit hashes of the keys: two keys
+// that differ share one with odds of about rows^2 / 2^65).
+std::int64_t hide_keys(CacheView& view, const std::unordered_set<std::uint64_t>& keys) {
   std::vector<RowSegment> kept;
-  std::int64_t row = 0, hidden = 0;
+  std::int64_t hidden = 0;
   for (const RowSegment& s : view.segments) {
+    const auto& hashes = view.parts[std::size_t(s.part)].key_hashes;
     std::int64_t run_start = -1;
-    for (std::int64_t i = 0; i < s.count; ++i, ++row) {
-      const bool hide = keys.count(key_of(index, std::size_t(row))) > 0;
+    for (std::int64_t i = 0; i < s.count; ++i) {
+      const bool hide = keys.count(hashes[std::size_t(s.start + i)]) > 0;
       hidden += hide;
       if (!hide && run_start < 0) run_start = i;
       if (hide && run_start >= 0) {
@@ -235,24 +236,23 @@ InstallStats install_part(const std::string& cache_path, const std::string& part
     if (fsync) sync_path(dir);
     return stats;
   }
-  const CacheReader cache(cache_path, CacheReader::MissingParts::kSkip);
+  const CacheReader cache(cache_path, CacheReader::MissingParts::kSkip, /*key_hashes=*/true);
   const StorageOptions storage = cache.storage();
-  std::unordered_set<std::string> keys;
+  std::unordered_set<std::uint64_t> keys;
   std::string relative;
   CachePart entry;
   ViewHeader header;
   {
     const CacheFileReader part(part_file);
     check_joinable(cache, part);
-    const CacheIndex index = part.read_index();
-    for (std::size_t row = 0; row < index.windows.size(); ++row) keys.insert(key_of(index, row));
     const std::string id = part.content_id().value_or(new_content_id());
     relative = fs::path(parts_dir_of(cache_path)).filename().string() + "/" + id + ".h5";
     entry = part_entry(part, relative, part_file);
+    keys.insert(entry.key_hashes.begin(), entry.key_hashes.end());
     header = header_for(part, storage, new_content_id());
   }
   CacheView view = current_parts(cache, cache_path);
-  stats.hidden_rows = hide_keys(view, cache, keys);
+  stats.hidden_rows = hide_keys(view, keys);
   fs::create_directories(parts_dir_of(cache_path));
   if (fsync) sync_path(part_file);
   link_or_copy(part_file, dir + "/" + relative);
@@ -274,7 +274,7 @@ InstallStats install_part(const std::string& cache_path, const std::string& part
 std::int64_t mark_shard_complete(const std::string& cache_path, const std::string& shard, bool fsync) {
   const FileLock lock = install_lock(cache_path);
   if (!fs::exists(cache_path)) return 0;
-  const CacheReader cache(cache_path, CacheReader::MissingParts::kSkip);
+  const CacheReader cache(cache_path, CacheReader::MissingParts::kSkip, /*key_hashes=*/true);
   if (!cache.is_view()) {
     // Rewriting the attribute in place could damage the file if we died midway: copied, once.
     if (cache.complete() != false) return 0;
