@@ -90,6 +90,14 @@ inode=$(stat -c %i inc.h5)
 ls -i inc.h5.parts | grep -q "^ *$inode " || fail "the first cache was copied, not linked, into its part"
 fx same ref.h5 inc.h5 >/dev/null || fail "two halves differ from the single-process cache"
 
+# 5b. --only-new-windows: the windows already cached are not read at all (nor checked for changes).
+"$EMBCACHE" precompute "${OPTS[@]}" --out onlynew.h5 --shard 0/2 --summary-json half.json
+"$EMBCACHE" precompute "${OPTS[@]}" --out onlynew.h5 --only-new-windows --summary-json onlynew.json
+[[ $(summary onlynew.json windows_not_read) -eq $(summary half.json windows) &&
+   $(summary onlynew.json windows) -eq $(( 500 - $(summary half.json windows) )) &&
+   $(summary onlynew.json crops_skipped) -eq 0 ]] || fail "--only-new-windows: $(cat onlynew.json)"
+fx same ref.h5 onlynew.h5 >/dev/null || fail "--only-new-windows gave another cache"
+
 # 6. --shard slurm takes the task's place in its array.
 SLURM_ARRAY_TASK_ID=7 SLURM_ARRAY_TASK_MIN=6 SLURM_ARRAY_TASK_COUNT=2 \
   "$EMBCACHE" precompute "${OPTS[@]}" --out slurm.h5 --shard slurm --summary-json slurm.json

@@ -40,6 +40,13 @@ bool FileLock::acquire(bool blocking, const std::string& unwritable, const Wait*
   fd_ = ::open(path_.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
   if (fd_ < 0) throw IoError("cannot create " + path_ + ": " + std::strerror(errno) + "; " + unwritable);
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
+    if (errno != EWOULDBLOCK && errno != EINTR) {
+      const int saved = errno;
+      ::close(fd_);
+      fd_ = -1;
+      throw IoError("cannot lock " + path_ + ": " + std::strerror(saved) +
+                    "; the file system does not support flock (Lustre: mount with -o flock; docs/scale-out.md)");
+    }
     if (!blocking) {
       ::close(fd_);
       fd_ = -2;  // busy

@@ -179,8 +179,8 @@ void RslearnDataset::read_labels(std::size_t index, WindowData& data) const {
 
 }  // namespace
 
-std::unique_ptr<WindowSource> open_rslearn_dataset(const RslearnOptions& options, const ShardSpec& shard) {
-  std::unique_ptr<WindowSource> dataset = shard_windows(std::make_unique<RslearnDataset>(options), shard);
+std::unique_ptr<WindowSource> open_rslearn_dataset(const RslearnOptions& options, const WindowFilter& filter) {
+  std::unique_ptr<WindowSource> dataset = filter_windows(std::make_unique<RslearnDataset>(options), filter);
   if (options.reader_threads <= 0) return dataset;
   return std::make_unique<ReadAheadSource>(std::move(dataset), options.reader_threads);
 }

@@ -13,8 +13,8 @@ namespace embcache {
 
 // Lists and validates the windows (InputError naming the file and field), resolves the band
 // sets, and skips windows whose layers are not completed (see WindowSource::skipped). With
-// options.reader_threads > 0 the windows are read ahead on that many threads. Only the windows of
-// `shard` are listed (and read ahead).
-std::unique_ptr<WindowSource> open_rslearn_dataset(const RslearnOptions& options, const ShardSpec& shard = {});
+// options.reader_threads > 0 the windows are read ahead on that many threads. Only the windows
+// `filter` accepts are listed (and read ahead).
+std::unique_ptr<WindowSource> open_rslearn_dataset(const RslearnOptions& options, const WindowFilter& filter = {});
 
 }  // namespace embcache

@@ -42,10 +42,10 @@ ShardSpec from_slurm() {
 
 class ShardedSource : public WindowSource {
  public:
-  ShardedSource(std::unique_ptr<WindowSource> inner, const ShardSpec& shard) : inner_(std::move(inner)) {
+  ShardedSource(std::unique_ptr<WindowSource> inner, const WindowFilter& filter) : inner_(std::move(inner)) {
     const auto& all = inner_->windows();
     for (std::size_t i = 0; i < all.size(); ++i) {
-      if (shard_of_window(all[i].group, all[i].name, shard.count) == shard.index) {
+      if (filter.accepts(all[i])) {
         indices_.push_back(i);
         windows_.push_back(all[i]);
       }
@@ -103,9 +103,18 @@ std::int64_t shard_of_window(const std::string& group, const std::string& window
   return std::int64_t(z % std::uint64_t(count));
 }
 
+bool WindowFilter::accepts(const WindowInfo& w) const {
+  if (!shard.whole() && shard_of_window(w.group, w.name, shard.count) != shard.index) return false;
+  return !keep || keep(w);
+}
+
+std::unique_ptr<WindowSource> filter_windows(std::unique_ptr<WindowSource> inner, const WindowFilter& filter) {
+  if (filter.everything()) return inner;
+  return std::make_unique<ShardedSource>(std::move(inner), filter);
+}
+
 std::unique_ptr<WindowSource> shard_windows(std::unique_ptr<WindowSource> inner, const ShardSpec& shard) {
-  if (shard.whole()) return inner;
-  return std::make_unique<ShardedSource>(std::move(inner), shard);
+  return filter_windows(std::move(inner), WindowFilter{shard, {}});
 }
 
 }  // namespace embcache

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -30,9 +31,18 @@ ShardSpec shard_from_text(const std::string& text);
 // cache contract (docs/scale-out.md).
 std::int64_t shard_of_window(const std::string& group, const std::string& window, std::int64_t count);
 
-// `inner` with only the windows of `shard`, in their order; `inner` itself when shard.whole().
-// Read ahead (ReadAheadSource) over the result, not under it, so that nothing is read ahead for
-// windows of other shards.
+// Which windows a run reads: those of its shard that `keep` accepts (`keep` empty: all of them).
+struct WindowFilter {
+  ShardSpec shard;
+  std::function<bool(const WindowInfo&)> keep;
+  bool everything() const { return shard.whole() && !keep; }
+  bool accepts(const WindowInfo& w) const;
+};
+
+// `inner` with only the windows `filter` accepts, in their order; `inner` itself when it accepts
+// everything. Read ahead (ReadAheadSource) over the result, not under it, so that nothing is
+// read ahead for windows left out.
+std::unique_ptr<WindowSource> filter_windows(std::unique_ptr<WindowSource> inner, const WindowFilter& filter);
 std::unique_ptr<WindowSource> shard_windows(std::unique_ptr<WindowSource> inner, const ShardSpec& shard);
 
 }  // namespace embcache

@@ -135,8 +135,20 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
                  store.storage().compression.to_string().c_str());
   }
 
-  const auto& windows = source->windows();
   PrecomputeSummary summary;
+  if (plan.only_new_windows && store.cache_exists()) {
+    // The same dataset again, without the windows whose every crop is cached: they are not read.
+    const auto& committed = store.committed();
+    const std::int64_t listed = std::int64_t(source->windows().size());
+    source = open_window_source(plan, [&](const WindowInfo& w) {
+      for (const Bounds& b : crop_grid(w.bounds, plan.grid)) {
+        if (!committed.count(CropKey{w.group, w.name, b}.map_key())) return true;
+      }
+      return false;
+    });
+    summary.windows_not_read = listed - std::int64_t(source->windows().size());
+  }
+  const auto& windows = source->windows();
   summary.windows = std::int64_t(windows.size());
   for (const auto& [why, n] : source->skipped()) summary.windows_skipped[why] = n;
   for (const auto& w : windows) summary.crops_total += std::int64_t(crop_grid(w.bounds, plan.grid).size());

@@ -69,6 +69,9 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("shard", "Process shard I of N of the windows (I/N, from 0), or slurm (from SLURM_ARRAY_TASK_ID, _MIN and "
           "_COUNT); shards write into one cache, concurrently (docs/scale-out.md)", &O::shard).show_default = false;
     t.last().in_json = false;
+    t.add("only-new-windows", "Read only windows with crops the cache lacks: windows already cached are not read, so "
+          "their pixels are not checked for changes (adding windows to a large cache costs what is new)",
+          &O::only_new_windows).identity_when_set = true;
     t.add("overwrite", "Replace an existing cache instead of extending it", &O::overwrite);
     t.add("allow-nonfinite", "Store NaN/Inf features instead of failing", &O::allow_nonfinite);
     t.add("quiet", "No progress output", &O::quiet).in_json = false;

@@ -91,6 +91,7 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
   }
   plan.amp = parse_amp(o.amp);
   plan.shard = parse_shard(o.shard);
+  plan.only_new_windows = o.only_new_windows;
   plan.device = resolve_device(o.device);
   if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError(OptionName{"amp"}, "needs a CUDA device; on CPU use --amp none");
   if (o.threads < 0) throw UsageError(OptionName{"threads"}, "must be 0 (one per core) or more");
@@ -168,9 +169,10 @@ PrecomputePlan plan_precompute(const PrecomputeOptions& options) {
   return plan;
 }
 
-std::unique_ptr<WindowSource> open_window_source(const PrecomputePlan& plan) {
-  if (plan.format == DatasetFormat::kArray) return shard_windows(open_array_dataset(plan.dataset), plan.shard);
-  return open_rslearn_dataset(plan.rslearn, plan.shard);
+std::unique_ptr<WindowSource> open_window_source(const PrecomputePlan& plan, std::function<bool(const WindowInfo&)> keep) {
+  const WindowFilter filter{plan.shard, std::move(keep)};
+  if (plan.format == DatasetFormat::kArray) return filter_windows(open_array_dataset(plan.dataset), filter);
+  return open_rslearn_dataset(plan.rslearn, filter);
 }
 
 namespace {

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -50,6 +51,7 @@ struct PrecomputePlan {
   StageScheduling stage_scheduling = StageScheduling::kAuto;
   ShardSpec shard;                    // the windows this run processes (whole: all of them)
   bool overwrite = false, allow_nonfinite = false, quiet = false;
+  bool only_new_windows = false;      // windows whose crops are all cached are not read (no staleness check)
 
   // The largest batch the encoder stage may form (sizes the crop queue).
   std::int64_t max_batch() const { return batch_size ? *batch_size : (device.is_cuda() ? 256 : 64); }
@@ -59,8 +61,10 @@ struct PrecomputePlan {
 // can cause by themselves, naming the option; opens neither the encoder nor the dataset.
 PrecomputePlan plan_precompute(const PrecomputeOptions& options);
 
-// The dataset reader the plan names.
-std::unique_ptr<WindowSource> open_window_source(const PrecomputePlan& plan);
+// The dataset reader the plan names, with the windows of its shard; `keep`, when set, leaves out
+// the windows it refuses too (--only-new-windows), before anything is read ahead.
+std::unique_ptr<WindowSource> open_window_source(const PrecomputePlan& plan,
+                                                 std::function<bool(const WindowInfo&)> keep = {});
 // What the plan needs of the dataset it opened: --bands within its channels, the per-channel
 // mean/std lengths, and windows of one size when a crop is a whole window. Returns the channels
 // the encoder gets.

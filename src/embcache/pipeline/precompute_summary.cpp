@@ -24,6 +24,7 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["cache_bytes"] = cache_bytes;
   j["cache_parts"] = cache_parts;
   j["shard"] = shard;
+  j["windows_not_read"] = windows_not_read;
   j["batch_size"] = batch_size;
   j["batch_size_trials"] = batch_size_trials;
   j["device"] = device;

@@ -27,6 +27,7 @@ struct PrecomputeSummary {
   std::int64_t cache_bytes = 0;    // size of the cache afterwards: the file, and its parts when it has them
   std::int64_t cache_parts = 0;    // parts of the cache afterwards (0: one file)
   std::string shard = "0/1";       // --shard
+  std::int64_t windows_not_read = 0;  // --only-new-windows: windows whose crops were all cached
   std::int64_t batch_size = 0;
   nlohmann::json batch_size_trials = nlohmann::json::array();
   std::string device;
