@@ -7,7 +7,8 @@
 #     stream tiers;
 #  3. bench_parts: installing the k-th of 1,000 parts, inspect of a 1,000-part cache, and the
 #     balance of --shard I/N for larger N.
-# Usage: scripts/bench_scale.sh [WORK_DIR]   (needs ~5 GB free there; REPEATS=3 by default)
+# Usage: scripts/bench_scale.sh [WORK_DIR]   (needs ~5 GB free there; REPEATS=3 by default;
+#        SECTIONS=2 runs section 2 only, SECTIONS=13 sections 1 and 3)
 # From an existing build: BUILD_DIR=DIR, PYTHON=a python with torch, h5py and numpy.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -20,8 +21,10 @@ REPEATS=${REPEATS:-3}
 mkdir -p "$WORK"
 WORK=$(cd "$WORK" && pwd)
 $PY tests/python/fixtures.py encoders "$WORK/enc" >/dev/null
+SECTIONS=${SECTIONS:-123}
 field() { $PY -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$@"; }
 
+if [[ $SECTIONS == *1* ]]; then
 echo "== 1. adding 1% new windows to a ~2 GB cache (light encoder, 64x64 windows, whole-window crops) =="
 # The dataset: N windows, then N/100 more with new names; the 1% alone for the yardstick.
 OPTS=(--encoder "$WORK/enc/light.pt" --batch-size 32 --threads 2 --quiet --no-fsync)
@@ -62,28 +65,37 @@ PY
 "$EMB" precompute "${OPTS[@]}" --dataset "$WORK/base.h5" --out "$WORK/base-cache.h5" --overwrite --summary-json "$WORK/base.json"
 echo "base cache: $(field "$WORK/base.json" crops_computed) crops, $(( $(field "$WORK/base.json" cache_bytes) / 1000000 )) MB in $(field "$WORK/base.json" seconds) s"
 for i in $(seq "$REPEATS"); do
-  rm -rf "$WORK/add.h5" "$WORK/add.h5.parts" "$WORK/empty.h5"
-  cp "$WORK/base-cache.h5" "$WORK/add.h5"
-  sync
-  "$EMB" precompute "${OPTS[@]}" --dataset "$WORK/grown.h5" --out "$WORK/add.h5" --summary-json "$WORK/add-$i.json"
-  sync
+  for mode in add addnew; do
+    rm -rf "$WORK/add.h5" "$WORK/add.h5.parts" "$WORK/empty.h5"
+    cp "$WORK/base-cache.h5" "$WORK/add.h5"
+    sync
+    extra=(); [[ $mode == addnew ]] && extra=(--only-new-windows)
+    "$EMB" precompute "${OPTS[@]}" "${extra[@]}" --dataset "$WORK/grown.h5" --out "$WORK/add.h5" --summary-json "$WORK/$mode-$i.json"
+    sync
+  done
   "$EMB" precompute "${OPTS[@]}" --dataset "$WORK/new.h5" --out "$WORK/empty.h5" --summary-json "$WORK/empty-$i.json"
 done
 $PY - "$WORK" "$REPEATS" <<'PY'
 import json, statistics, sys
 work, n = sys.argv[1], int(sys.argv[2])
-add = [json.load(open(f"{work}/add-{i}.json")) for i in range(1, n + 1)]
 emp = [json.load(open(f"{work}/empty-{i}.json")) for i in range(1, n + 1)]
-a, e = [j["seconds"] for j in add], [j["seconds"] for j in emp]
-j = add[0]
-print(f"add 1% to the cache: {j['crops_computed']} crops computed, {j['crops_skipped']} cached, rows copied {j['rows_copied_at_end']}, "
-      f"written {j['bytes_written'] / 1e6:.1f} MB, parts after {j['cache_parts']}")
-print(f"  wall: median {statistics.median(a):.2f} s (range {min(a):.2f}-{max(a):.2f}); read+hash of every window "
-      f"(read stage) median {statistics.median(x['stage_seconds']['read'] + x['stage_seconds']['prep'] for x in add):.2f} s")
-print(f"the same 1% into an empty cache: median {statistics.median(e):.2f} s (range {min(e):.2f}-{max(e):.2f})")
-print(f"ratio add / empty: {statistics.median(a) / statistics.median(e):.2f} (target <= 1.5)")
+e = [j["seconds"] for j in emp]
+print(f"the 1% into an empty cache: median {statistics.median(e):.2f} s (range {min(e):.2f}-{max(e):.2f}), "
+      f"{emp[0]['crops_computed']} crops")
+for mode, what in (("add", "add 1%, every window read and hashed (default)"), ("addnew", "add 1% with --only-new-windows")):
+    add = [json.load(open(f"{work}/{mode}-{i}.json")) for i in range(1, n + 1)]
+    a = [j["seconds"] for j in add]
+    j = add[0]
+    print(f"{what}: {j['crops_computed']} crops computed, {j['crops_skipped']} checked and cached, "
+          f"{j['windows_not_read']} windows not read, rows copied {j['rows_copied_at_end']}, "
+          f"{j['bytes_written'] / 1e6:.1f} MB written, parts after: {j['cache_parts']}")
+    print(f"  wall median {statistics.median(a):.2f} s (range {min(a):.2f}-{max(a):.2f}); "
+          f"ratio to the empty cache {statistics.median(a) / statistics.median(e):.2f} (target <= 1.5)")
 PY
 
+fi
+
+if [[ $SECTIONS == *2* ]]; then
 echo "== 2. train-probe epochs: a cache of 16 parts against the same rows in one file =="
 $PY scripts/make_demo_data.py "$WORK/fm" --train 20000 --val 2000 --test 2000 >/dev/null
 POPTS=(--encoder "$WORK/fm/demo_encoder.pt" --dataset "$WORK/fm/fashion_mnist.h5" --scale 0.00392157 --mean 0.286 --std 0.353
@@ -118,8 +130,12 @@ for tier in ("host", "stream"):
           f"one file {o:.3f} ({min(t['one']):.3f}-{max(t['one']):.3f}); speed of parts / one file {o / p:.2f} (target >= 0.9)")
 PY
 
+fi
+
+if [[ $SECTIONS == *3* ]]; then
 echo "== 3. parts: installs, a 1,000-part inspect, shard balance =="
 "$BUILD/bench/bench_parts" "$WORK/parts" 1000
 KEEP=1 "$BUILD/bench/bench_parts" "$WORK/parts" 1000 >/dev/null
 for i in 1 2 3; do /usr/bin/time -f "embcache inspect of a 1,000-part cache (a new process): %e s, %M KB" "$EMB" inspect "$WORK/parts/cache.h5" >/dev/null; done
 rm -rf "$WORK/parts"
+fi

@@ -1,3 +1,4 @@
+#include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/probe/trainer.hpp"
 
 #include <ATen/ATen.h>
@@ -1007,6 +1008,14 @@ class Trainer {
 
 }  // namespace
 
-ProbeResult train_probe(const ProbePlan& plan, const ProbeHooks& hooks) { return Trainer(plan, hooks).run(); }
+ProbeResult train_probe(const ProbePlan& plan, const ProbeHooks& hooks) {
+  // The feed's producer thread allocates every block the trainer frees: with glibc's defaults
+  // (a heap per thread, trimmed when its top is free; large blocks mmapped) the heads' batches
+  // were page-faulted anew, and the stream tier over a cache of 16 parts ran at 0.19-0.7x the
+  // speed of one file (docs/scale-out.md, "Figures"). One arena that keeps its memory, as
+  // precompute's encoder gets; the stream tier's memory stays bounded by its budget.
+  const EncoderAllocatorScope allocator;
+  return Trainer(plan, hooks).run();
+}
 
 }  // namespace embcache
