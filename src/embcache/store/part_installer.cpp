@@ -186,6 +186,25 @@ ViewHeader header_for(const CacheFileReader& newest, const StorageOptions& stora
   return header;
 }
 
+// Copies the cache's rows (the same content id) into CACHE.h5.tmp and renames that over the
+// cache: the rename is the commit. Returns the rows copied.
+std::int64_t rewrite_as_one_file(const CacheReader& cache, bool complete, bool fsync) {
+  const std::string tmp = cache.path() + ".tmp";
+  std::int64_t copied = 0;
+  try {
+    copied = copy_rows_to_file(cache, tmp, cache.signature(), cache.levels(), cache.label_kinds(), cache.storage(), complete,
+                               cache.content_id().value_or(new_content_id()));
+    if (fsync) sync_path(tmp);
+    rename_or_throw(tmp, cache.path());
+  } catch (...) {
+    std::error_code ec;
+    fs::remove(tmp, ec);
+    throw;
+  }
+  if (fsync) sync_path(directory_of(cache.path()));
+  return copied;
+}
+
 // Rows per copy block: about 64 MiB of features.
 std::int64_t rows_per_block(const RowSource& source) {
   return std::max<std::int64_t>(1, (std::int64_t(64) << 20) / std::max<std::int64_t>(source.row_feature_bytes(), 1));
@@ -278,20 +297,7 @@ std::int64_t mark_shard_complete(const std::string& cache_path, const std::strin
   if (!cache.is_view()) {
     // Rewriting the attribute in place could damage the file if we died midway: copied, once.
     if (cache.complete() != false) return 0;
-    const std::string tmp = cache_path + ".tmp";
-    std::int64_t copied = 0;
-    try {
-      copied = copy_rows_to_file(cache, tmp, cache.signature(), cache.levels(), cache.label_kinds(), cache.storage(), true,
-                        cache.content_id().value_or(new_content_id()));
-      if (fsync) sync_path(tmp);
-      rename_or_throw(tmp, cache_path);
-    } catch (...) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw;
-    }
-    if (fsync) sync_path(directory_of(cache_path));
-    return copied;
+    return rewrite_as_one_file(cache, /*complete=*/true, fsync);
   }
   CacheView view = cache.parts();
   bool changed = false;
@@ -334,19 +340,8 @@ CompactStats compact_cache(const std::string& cache_path, bool fsync) {
       return stats;
     }
     stats.parts_before = std::int64_t(cache.parts().parts.size());
-    const std::string tmp = cache_path + ".tmp";
-    try {
-      copy_rows_to_file(cache, tmp, cache.signature(), cache.levels(), cache.label_kinds(), cache.storage(),
-                        cache.complete().value_or(true), cache.content_id().value_or(new_content_id()));
-      if (fsync) sync_path(tmp);
-      rename_or_throw(tmp, cache_path);
-    } catch (...) {
-      std::error_code ec;
-      fs::remove(tmp, ec);
-      throw;
-    }
+    rewrite_as_one_file(cache, cache.complete().value_or(true), fsync);
   }
-  if (fsync) sync_path(directory_of(cache_path));
   std::error_code ec;
   fs::remove_all(parts_dir_of(cache_path), ec);
   stats.bytes = std::int64_t(fs::file_size(cache_path));
