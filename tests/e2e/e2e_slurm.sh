@@ -77,6 +77,27 @@ grep -q "submitted precompute enc as job [0-9]* (1 task)" collect.txt || fail "t
 fx same big-ref.h5 out-kill/caches/enc.h5 || fail "after a killed task and its resubmission the cache differs"
 [[ "$(table out-kill/results.csv | wc -l)" -eq 1 ]] && grep -q "lin (best first" collect.txt || fail "no results: $(cat collect.txt)"
 
+# 3b. Ctrl-C while waiting cancels what this run submitted (exit 130).
+sed 's#out-kill#out-int#' kill.json >int.json
+"$EMBCACHE" run int.json >int.txt 2>&1 &
+runner=$!
+for _ in $(seq 200); do grep -q "submitted pass" int.txt && break; sleep 0.1; done
+ids=$(sed -n 's/.* as job \([0-9]*\) .*/\1/p' int.txt | tr '\n' ' ')
+[[ -n $ids ]] || fail "nothing submitted: $(cat int.txt)"
+kill -INT "$runner"
+rc=0
+wait "$runner" || rc=$?
+[[ $rc -eq 130 ]] || fail "Ctrl-C: exit $rc: $(cat int.txt)"
+for _ in $(seq 50); do
+  left=0
+  for id in $ids; do squeue -h -r -j "$id" 2>/dev/null | grep -q . && left=1; done
+  ((left)) || break
+  sleep 0.2
+done
+((left == 0)) || fail "jobs $ids still queued after Ctrl-C"
+grep -q "were cancelled (scancel)" int.txt || fail "Ctrl-C message: $(cat int.txt)"
+echo "ok: Ctrl-C cancelled jobs $ids"
+
 # 4. A failing task: its job id and log, and the error in the log.
 cat >fail.json <<JSON
 { "version": 1, "output_dir": "out-fail", "executor": "slurm",
