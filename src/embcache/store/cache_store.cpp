@@ -166,6 +166,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
     throw IoError(path_ + ": directory " + parent.string() + " does not exist; create it first");
   }
   if (fs::is_directory(path_)) throw IoError(path_ + ": is a directory; --out must name a file");
+  if (fs::exists(path_)) refuse_non_cache(path_);  // before anything is created beside it
   std::error_code ec;
   fs::create_directories(segments_dir_, ec);
   if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message() + "; the cache's directory must be writable (choose another --out)");
