@@ -38,7 +38,7 @@ for round in $(seq "$REPEATS"); do
     sync
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
       --threads 2 --scale 0.00392157 --plain-write-mb 16 ${EXTRA:-} >"$WORK/$name-run-$round.json"
-    rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.segments"
+    rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 >"$WORK/$name-forward-$round.json"
     $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode script --out "$WORK/py-$name.h5" \
       >"$WORK/$name-script-$round.json"

@@ -44,7 +44,7 @@ run() {  # run LABEL KEY ENCODER DATASET [options]; KEY: the summary field the m
   # The outputs are not used afterwards: gigabytes of them left in the page cache only change
   # the memory state the next configurations run in.
   rm -f "$WORK/out-$label.h5" "$WORK/out-$label-"*.h5
-  rm -rf "$WORK/out-$label.h5.segments"
+  rm -rf "$WORK/out-$label.h5.runs" "$WORK/out-$label.h5.parts"
   $PY - "$WORK" "$label" "$key" "$REPEATS" <<'PY'
 import json, sys
 work, label, key, repeats = sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])
