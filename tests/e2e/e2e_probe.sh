@@ -225,7 +225,15 @@ PY
 # Ctrl-C: exit 130, nothing written.
 "$EMBCACHE" train-probe --cache fm.h5 --out interrupted --task classification --head conv --levels 0 --epochs 50 --quiet &
 pid=$!
-sleep 2
+# A background job of a script starts with SIGINT ignored: a signal sent before train-probe has
+# installed its handler would be lost (a slow start, as under ASan on a busy machine, ran all 50
+# epochs). Wait until the handler is there (SigCgt bit 2), then give it a moment to train.
+for _ in $(seq 600); do
+  mask=$(awk '/^SigCgt/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+  (( (16#${mask:-0} & 2) != 0 )) && break
+  sleep 0.1
+done
+sleep 1
 kill -INT $pid
 rc=0
 wait $pid || rc=$?
