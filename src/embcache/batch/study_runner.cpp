@@ -58,7 +58,7 @@ std::string cache_state(const PrecomputeEntry& entry) {
   }
   try {
     CacheReader reader(out);
-    return "exists: " + std::to_string(reader.rows()) + " rows, " + format_bytes(double(fs::file_size(out))) +
+    return "exists: " + std::to_string(reader.rows()) + " rows, " + format_bytes(double(cache_bytes(reader))) +
            " (a rerun computes only what is missing or changed)";
   } catch (const Error& e) {
     return std::string("cannot be read: ") + e.what();

@@ -141,7 +141,8 @@ nlohmann::json inspect_cache(const std::string& path) {
   j["content_id"] = reader.content_id() ? nlohmann::json(*reader.content_id()) : nlohmann::json(nullptr);
   j["writer_active"] = false;
   nlohmann::json runs = nlohmann::json::array();
-  for (const RunState& run : run_states(path)) {
+  const std::vector<RunState> states = run_states(path);  // one listing of the run folders for both uses
+  for (const RunState& run : states) {
     runs.push_back({{"shard", run.shard}, {"active", run.active}, {"pending_commits", run.records}});
     if (run.active) j["writer_active"] = true;
   }
@@ -149,7 +150,7 @@ nlohmann::json inspect_cache(const std::string& path) {
   j["computed_with"] = reader.signature().value("computed_with", nlohmann::json());
   j["parts"] = describe_parts(reader);
   j["missing_parts"] = reader.missing_parts();
-  j["shards"] = describe_shards(reader, run_states(path));
+  j["shards"] = describe_shards(reader, states);
   const CacheIndex index = reader.read_index();
   std::map<std::string, std::int64_t> splits;
   for (const auto& s : index.splits) ++splits[s];
