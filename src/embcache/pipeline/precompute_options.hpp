@@ -43,9 +43,9 @@ struct PrecomputeOptions {
   std::int64_t segment_mb = 1024;
   bool fsync = true;
   bool drop_behind = false;  // evict written features from the page cache once on disk
-  std::string stage_priority = "auto";
+  std::string stage_priority = "auto";  // auto | idle | normal: scheduling of the non-encoder stages
   std::string shard;  // "" (the whole dataset), "I/N" or "slurm" (docs/scale-out.md)
-  bool only_new_windows = false;  // skip windows whose crops are all cached, unread  // auto | idle | normal: scheduling of the non-encoder stages
+  bool only_new_windows = false;  // skip windows whose crops are all cached, unread
   // Dataset format and the rslearn reader's options (docs/dataset-formats.md).
   std::string format = "auto";  // auto | array | rslearn
   std::string layers;

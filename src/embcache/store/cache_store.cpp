@@ -286,6 +286,7 @@ void CacheStore::recover(const std::string& dir, bool remove_dir) {
   }
   install_part(path_, recovered, policy_.fsync);
   main_exists_ = true;
+  remove_quietly(recovered);  // renamed to the cache, or linked into its parts: this name is no longer needed
   for (const auto& record : records) remove_quietly(record);
   remove_quietly(next);
   std::error_code ec;
