@@ -105,4 +105,16 @@ for run in ["mean", "max", "last", "max_linear"]:
 PY
 expect_error 2 "--temporal-pool: expected mean, max or last" "$EMBCACHE" train-probe --cache series_scripted.h5 --out p \
   --task classification --levels 0 --temporal-pool median
-echo "ok: token, channels-last and temporal levels"
+
+# --optimize: a frozen, optimised ViT and Conv-BN encoder give Python's plain outputs within 1e-5
+# (relative to each level's largest value); inspect says so, with what precompute measured.
+pre data.h5 vit_registers_scripted.pt vit_opt.h5 --crop-size 32 --optimize
+fx compare vit_opt.h5 data.h5 "$ENC/vit_registers_scripted.pt" --crop-size 32 --batch-size 8 --tolerance 1e-5 ||
+  fail "--optimize: ViT levels differ from the plain encoder's in Python"
+pre data.h5 conv_bn.pt bn_opt.h5 --crop-size 16 --optimize
+fx compare bn_opt.h5 data.h5 "$ENC/conv_bn.pt" --crop-size 16 --batch-size 64 --tolerance 1e-5 ||
+  fail "--optimize: Conv-BN levels differ from the plain encoder's in Python"
+"$EMBCACHE" inspect bn_opt.h5 >inspect.txt
+grep -Eq "computed with: cpu, torch .*, amp none, --optimize \(outputs within ([0-9.]+e-(0[6-9]|[1-9][0-9])|0\.0e\+00) of the plain encoder's, relative\)" inspect.txt ||
+  fail "inspect does not show --optimize: $(cat inspect.txt)"
+echo "ok: token, channels-last and temporal levels; --optimize within 1e-5"

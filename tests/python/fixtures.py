@@ -86,6 +86,30 @@ class Heavy(nn.Module):
         return [a, b]
 
 
+class ConvBn(nn.Module):
+    """Conv-BatchNorm-ReLU blocks with trained-looking statistics: what --optimize folds."""
+
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.first = nn.Sequential(*(ConvBn.block(in_ch, 16, 2) + ConvBn.block(16, 16, 1)))
+        self.second = nn.Sequential(*ConvBn.block(16, 32, 2))
+
+    @staticmethod
+    def block(c_in: int, c_out: int, stride: int) -> List[nn.Module]:
+        bn = nn.BatchNorm2d(c_out)
+        with torch.no_grad():
+            bn.running_mean.uniform_(-0.5, 0.5)
+            bn.running_var.uniform_(0.5, 2.0)
+            bn.weight.uniform_(0.5, 1.5)
+            bn.bias.uniform_(-0.2, 0.2)
+        return [nn.Conv2d(c_in, c_out, 3, stride=stride, padding=1, bias=False), bn, nn.ReLU()]
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        a = self.first(x)
+        b = self.second(a)
+        return [a, b, b.mean(dim=(2, 3))]
+
+
 class BadRank(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(1, 2, 3))
@@ -307,6 +331,7 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(Heavy(in_ch).eval()), os.path.join(out_dir, "heavy.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))
     torch.jit.save(torch.jit.script(ProbeBackbone().eval()), os.path.join(out_dir, "bench_probe.pt"))
+    torch.jit.save(torch.jit.script(ConvBn(in_ch).eval()), os.path.join(out_dir, "conv_bn.pt"))
     vit = TinyViT(in_ch).eval()
     torch.jit.save(torch.jit.script(vit), os.path.join(out_dir, "vit_scripted.pt"))
     traced = torch.jit.trace(vit, example, check_inputs=[(torch.randn(5, in_ch, 32, 32),)], strict=False)

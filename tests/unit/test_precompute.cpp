@@ -377,6 +377,52 @@ TEST_CASE("signature mismatch names the differing fields; --overwrite rebuilds")
   REQUIRE(contains(error_of<InputError>(other), "encoder_sha256"));
 }
 
+TEST_CASE("--optimize folds batch norms: features within 1e-5 of the plain encoder's, recorded, never mixed with them") {
+  Setup s;
+  const std::string plain_cache = s.dir.file("plain.h5");
+  PrecomputeOptions plain = s.options("conv_bn.pt");
+  plain.out = plain_cache;
+  precompute(plain);
+  PrecomputeOptions optimized = s.options("conv_bn.pt");
+  optimized.optimize = true;
+  precompute(optimized);
+
+  // The plain cache's signature is what it was before --optimize existed; the optimised one
+  // names the optimisation (compared) and the difference measured when the run started.
+  const Signature plain_signature = CacheReader(plain_cache).signature();
+  REQUIRE_FALSE(plain_signature.contains("encoder_optimization"));
+  REQUIRE_FALSE(plain_signature["computed_with"].contains("optimize_difference"));
+  const Signature signature = CacheReader(s.cache).signature();
+  REQUIRE(signature["encoder_optimization"] == kEncoderOptimization);
+  const nlohmann::json& measured = signature["computed_with"]["optimize_difference"];
+  REQUIRE(measured.size() == 3);
+  for (const auto& [name, value] : measured.items()) {
+    CAPTURE(name);
+    CHECK(value.get<double>() < 1e-5);
+  }
+
+  // Every stored row agrees with the plain encoder's to the same order.
+  CacheReader a(s.cache), b(plain_cache);
+  REQUIRE(a.rows() == b.rows());
+  const RowBatch fast = a.read_rows(0, a.rows()), reference = b.read_rows(0, b.rows());
+  REQUIRE(fast.windows == reference.windows);
+  for (std::size_t i = 0; i < reference.levels.size(); ++i) {
+    CAPTURE(i);
+    const double scale = reference.levels[i].abs().max().item<double>();
+    CHECK((fast.levels[i] - reference.levels[i]).abs().max().item<double>() <= 1e-5 * scale);
+  }
+
+  // Extending either cache with the other setting is refused in one line, the cache untouched.
+  plain.optimize = true;
+  const std::string message = error_of<InputError>(plain);
+  CHECK(contains(message, "encoder_optimization"));
+  CHECK(message.find('\n') == std::string::npos);
+  REQUIRE_FALSE(CacheReader(plain_cache).signature().contains("encoder_optimization"));
+  optimized.optimize = false;
+  CHECK(contains(error_of<InputError>(optimized), "encoder_optimization"));
+  REQUIRE(CacheReader(s.cache).rows() == a.rows());
+}
+
 TEST_CASE("levels are selected by index or dict key; unknown levels are refused before writing") {
   Setup s;
   PrecomputeOptions o = s.options("dict_scripted.pt");

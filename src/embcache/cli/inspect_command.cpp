@@ -30,6 +30,25 @@ void setup_inspect(CLI::App& app) {
 
 namespace {
 
+// "cpu, torch 2.6.0, amp none", and under --optimize the largest difference from the plain
+// encoder that precompute measured (docs/precompute.md).
+std::string describe_computed_with(const nlohmann::json& with) {
+  if (!with.is_object()) return "provenance not recorded";
+  std::string text = with.value("device", std::string("?")) + ", torch " + with.value("torch", std::string("?")) +
+                     ", amp " + with.value("amp", std::string("?"));
+  const auto difference = with.find("optimize_difference");
+  if (difference != with.end()) {
+    double largest = 0;
+    if (difference->is_object()) {
+      for (const auto& [name, value] : difference->items()) largest = std::max(largest, value.get<double>());
+    }
+    char buffer[96];
+    std::snprintf(buffer, sizeof buffer, ", --optimize (outputs within %.1e of the plain encoder's, relative)", largest);
+    text += buffer;
+  }
+  return text;
+}
+
 // The parts of a view (empty for a cache of one file): file, rows shown, shard, provenance.
 nlohmann::json describe_parts(const CacheReader& reader) {
   nlohmann::json parts = nlohmann::json::array();
@@ -88,11 +107,7 @@ void print_parts_and_shards(const nlohmann::json& j) {
     const std::size_t shown = std::min<std::size_t>(parts.size(), 20);
     for (std::size_t p = 0; p < shown; ++p) {
       const auto& part = parts[p];
-      const auto& with = part["computed_with"];
-      std::string how = with.is_object() ? with.value("device", std::string("?")) + ", torch " +
-                                               with.value("torch", std::string("?")) + ", amp " +
-                                               with.value("amp", std::string("?"))
-                                         : "provenance not recorded";
+      const std::string how = describe_computed_with(part["computed_with"]);
       std::printf("    %-52s shard %-7s rows %lld/%lld%s  %s\n", part["file"].get<std::string>().c_str(),
                   part["shard"].get<std::string>().c_str(), (long long)part["visible_rows"].get<std::int64_t>(),
                   (long long)part["rows"].get<std::int64_t>(), part["complete"].get<bool>() ? "" : " (interrupted)",
@@ -100,9 +115,7 @@ void print_parts_and_shards(const nlohmann::json& j) {
     }
     if (shown < parts.size()) std::printf("    ... and %zu more (--json lists them all)\n", parts.size() - shown);
   } else if (j["computed_with"].is_object()) {
-    const auto& with = j["computed_with"];
-    std::printf("  computed with: %s, torch %s, amp %s\n", with.value("device", std::string("?")).c_str(),
-                with.value("torch", std::string("?")).c_str(), with.value("amp", std::string("?")).c_str());
+    std::printf("  computed with: %s\n", describe_computed_with(j["computed_with"]).c_str());
   }
   for (const auto& shards : j["shards"]) {
     std::printf("  shards of %lld:", (long long)shards["count"].get<std::int64_t>());

@@ -16,8 +16,11 @@ TORCH_API void overrideCanFuseOnCPU(bool value);
 #endif
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <stdexcept>
 
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/archive_diagnosis.hpp"
@@ -66,10 +69,11 @@ std::string torch_version_running() {
 
 struct Encoder::Impl {
   torch::jit::script::Module module;
+  std::optional<torch::jit::script::Module> plain;  // under --optimize, until the difference is measured
 };
 
-Encoder::Encoder(const std::string& path, c10::Device device, Amp amp)
-    : impl_(std::make_unique<Impl>()), path_(path), device_(device), amp_(amp) {
+Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, bool optimize)
+    : impl_(std::make_unique<Impl>()), path_(path), device_(device), amp_(amp), optimized_(optimize) {
   if (!std::filesystem::is_regular_file(path)) {
     throw InputError(path + (std::filesystem::is_directory(path) ? ": is a directory" : ": encoder file not found") +
                      "; pass a TorchScript file saved with torch.jit.save");
@@ -95,6 +99,52 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp)
     throw InputError(describe_load_failure(path, failure, read_archive_facts(path), torch_version_running()));
   }
   impl_->module.eval();
+  if (optimize) optimize_module();
+}
+
+void Encoder::optimize_module() {
+  // freeze inlines the weights as constants and folds batch norms into the convolutions;
+  // optimize_for_inference adds the backend's rewrites (oneDNN weight prepacking on CPU). Both
+  // return new modules; the plain one is kept to measure the difference.
+  std::string failure;
+  try {
+    torch::jit::script::Module frozen = torch::jit::freeze(impl_->module);
+    impl_->plain = impl_->module;
+    impl_->module = torch::jit::optimize_for_inference(frozen);
+  } catch (const c10::Error& e) {
+    failure = first_line(e.what_without_backtrace());
+  } catch (const std::exception& e) {
+    failure = first_line(e.what());
+  }
+  if (!failure.empty()) {
+    throw InputError(path_ + ": --optimize could not freeze this encoder (" + failure + "); run without --optimize");
+  }
+}
+
+OptimizationDifference Encoder::measure_optimization(const at::Tensor& sample) {
+  if (!impl_->plain) throw std::logic_error("measure_optimization: the encoder is not optimised, or was measured");
+  torch::jit::script::Module plain = *impl_->plain;
+  impl_->plain.reset();
+  const EncoderOutput fast = forward(sample);
+  std::swap(impl_->module, plain);
+  EncoderOutput reference;
+  try {
+    reference = forward(sample);
+  } catch (...) {
+    std::swap(impl_->module, plain);
+    throw;
+  }
+  std::swap(impl_->module, plain);
+  OptimizationDifference difference;
+  for (std::size_t i = 0; i < reference.levels.size() && i < fast.levels.size(); ++i) {
+    const at::Tensor b = reference.levels[i].to(at::kDouble);
+    const at::Tensor a = fast.levels[i].to(at::kDouble);
+    const double scale = b.abs().max().item<double>();
+    const double diff = a.sizes() == b.sizes() ? (a - b).abs().max().item<double>() : INFINITY;
+    difference.names.push_back(reference.names[i]);
+    difference.relative.push_back(scale > 0 ? diff / scale : diff);
+  }
+  return difference;
 }
 
 Encoder::~Encoder() = default;

@@ -23,10 +23,22 @@ struct EncoderOutput {
   std::vector<at::Tensor> levels;  // [B, ...] as returned (rank 2 to 5), on the encoder's device
 };
 
+// How far an optimised encoder's outputs are from the plain encoder's on one input, per output:
+// max |optimised - plain| / max |plain|.
+struct OptimizationDifference {
+  std::vector<std::string> names;
+  std::vector<double> relative;
+};
+
+// The name of what --optimize does, as the cache signature records it.
+inline constexpr const char* kEncoderOptimization = "freeze+optimize_for_inference";
+
 class Encoder {
  public:
-  // InputError when the file is missing or not TorchScript.
-  Encoder(const std::string& path, c10::Device device, Amp amp);
+  // InputError when the file is missing or not TorchScript. `optimize`: torch::jit::freeze and
+  // optimize_for_inference (batch-norm folding, weight prepacking); InputError when the module
+  // cannot be frozen.
+  Encoder(const std::string& path, c10::Device device, Amp amp, bool optimize = false);
   ~Encoder();
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
@@ -35,15 +47,21 @@ class Encoder {
   // that owns the encoder: inference mode and autocast are thread-local and entered here. Throws
   // InputError for outputs of the wrong type, rank or batch size.
   EncoderOutput forward(const at::Tensor& batch);
+  // Optimised encoders only: runs `sample` through the plain and the optimised module and
+  // measures their difference; the plain module is then released. Call once, before forward.
+  OptimizationDifference measure_optimization(const at::Tensor& sample);
+  bool optimized() const { return optimized_; }
   c10::Device device() const { return device_; }
   const std::string& path() const { return path_; }
 
  private:
+  void optimize_module();
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string path_;
   c10::Device device_;
   Amp amp_;
+  bool optimized_ = false;
 };
 
 }  // namespace embcache

@@ -81,9 +81,28 @@ void run_serial(Stages& s, RunContext& context) {
 // are hundreds of MB) and the cache's signature. A load error is reported before a hash error.
 std::unique_ptr<Encoder> load_encoder(const PrecomputePlan& plan, std::string* sha256) {
   std::future<std::string> hash = std::async(std::launch::async, sha256_file_hex, plan.encoder);
-  auto encoder = std::make_unique<Encoder>(plan.encoder, plan.device, plan.amp);
+  auto encoder = std::make_unique<Encoder>(plan.encoder, plan.device, plan.amp, plan.optimize);
   *sha256 = hash.get();
   return encoder;
+}
+
+// Under --optimize: how far the optimised encoder is from the plain one, per output, on a batch of
+// two crops of the run's input shape with smooth deterministic values in [-1, 1] (the scale of
+// normalised inputs). Null when the dataset has no windows.
+nlohmann::json measure_optimization(Encoder& encoder, const PrecomputePlan& plan, const WindowSource& source,
+                                    std::int64_t channels) {
+  if (source.windows().empty()) return nullptr;
+  const Bounds& first = source.windows().front().bounds;
+  std::vector<std::int64_t> shape{2, channels, plan.grid.height.value_or(first.height()),
+                                  plan.grid.width.value_or(first.width())};
+  if (source.time_steps() > 0) shape.insert(shape.begin() + 1, source.time_steps());
+  std::int64_t n = 1;
+  for (auto d : shape) n *= d;
+  const at::Tensor sample = at::sin(at::arange(n, at::kFloat) * 0.7).reshape(shape);
+  const OptimizationDifference difference = encoder.measure_optimization(sample);
+  nlohmann::json j = nlohmann::json::object();
+  for (std::size_t i = 0; i < difference.names.size(); ++i) j[difference.names[i]] = difference.relative[i];
+  return j;
 }
 
 // After a failed stage: rows appended so far are complete unless writing them failed; then only
@@ -123,11 +142,13 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   const auto started = Clock::now();
   const EncoderAllocatorScope allocator;
   std::unique_ptr<WindowSource> source = open_window_source(plan);
-  check_window_source(plan, *source);
+  const std::int64_t channels = check_window_source(plan, *source);
   const LabelKinds labels = source->label_kinds();
   std::string encoder_sha256;
   const std::unique_ptr<Encoder> encoder = load_encoder(plan, &encoder_sha256);
-  CacheStore store(plan.out, precompute_signature(plan, encoder_sha256, labels, source->signature_fields()), labels,
+  const nlohmann::json optimize_difference =
+      plan.optimize ? measure_optimization(*encoder, plan, *source, channels) : nlohmann::json(nullptr);
+  CacheStore store(plan.out, precompute_signature(plan, encoder_sha256, labels, source->signature_fields(), optimize_difference), labels,
                    plan.storage, plan.policy, plan.overwrite, plan.shard.text());
   if (!plan.quiet && store.cache_exists() && plan.storage.compression.kind != Compression::Kind::kNone &&
       store.storage().compression.to_string() != plan.storage.compression.to_string()) {

@@ -33,6 +33,7 @@ struct PrecomputeOptions {
   std::string device = "auto";
   int threads = 0;  // 0 = one per core
   std::string amp = "none";
+  bool optimize = false;  // torch::jit::freeze + optimize_for_inference (docs/precompute.md)
   std::string dtype = "float32";
   std::string compression = "none";
   bool overwrite = false;

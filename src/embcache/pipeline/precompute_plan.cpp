@@ -90,6 +90,7 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
     if (*plan.batch_size <= 0) throw UsageError(OptionName{"batch-size"}, "must be a positive number or auto");
   }
   plan.amp = parse_amp(o.amp);
+  plan.optimize = o.optimize;
   plan.shard = parse_shard(o.shard);
   plan.only_new_windows = o.only_new_windows;
   plan.device = resolve_device(o.device);
@@ -218,7 +219,8 @@ std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource&
 }
 
 nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::string& encoder_sha256,
-                                    const LabelKinds& labels, const nlohmann::json& source_fields) {
+                                    const LabelKinds& labels, const nlohmann::json& source_fields,
+                                    const nlohmann::json& optimize_difference) {
   nlohmann::json signature;
   signature["format"] = kSignatureFormat;
   signature["encoder_sha256"] = encoder_sha256;
@@ -244,12 +246,16 @@ nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::strin
     if (l.time_axis) layout["time_axis"] = true;
     signature["level_layout"] = layout;
   }
+  // Compared, and only when set: optimised and plain features never mix in one cache, and the
+  // signatures of caches made before --optimize existed stay as they were.
+  if (plan.optimize) signature["encoder_optimization"] = kEncoderOptimization;
   signature["embcache_version"] = EMBCACHE_VERSION;
   // Informational: where and how these rows were computed. A cache of parts keeps each part's
   // (inspect lists them), and refuses parts whose amp differs (store/cache_parts.hpp).
   static const char* const kAmpNames[] = {"none", "fp16", "bf16"};
   signature["computed_with"] = {{"device", plan.device.str()}, {"torch", torch_version_running()},
                                 {"amp", kAmpNames[int(plan.amp)]}, {"shard", plan.shard.text()}};
+  if (plan.optimize) signature["computed_with"]["optimize_difference"] = optimize_difference;
   for (const auto& [k, v] : source_fields.items()) signature[k] = v;
   return signature;
 }

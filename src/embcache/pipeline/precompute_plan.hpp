@@ -43,6 +43,7 @@ struct PrecomputePlan {
   std::optional<std::int64_t> batch_size;  // nullopt: --batch-size auto
   c10::Device device{c10::kCPU};
   Amp amp = Amp::kNone;
+  bool optimize = false;              // --optimize: the encoder frozen and optimised for inference
   int threads = 1;                    // the encoder's intra-op threads (0 resolved to the cores)
   StorageOptions storage;
   std::vector<std::string> level_request;  // empty = every level
@@ -72,8 +73,10 @@ std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource&
 
 // The signature a cache made by this plan carries (docs/cache-format.md): what decides whether
 // an existing cache may be extended.
+// `optimize_difference`: under --optimize, {output name: max |optimised - plain| / max |plain|}.
 nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::string& encoder_sha256,
-                                    const LabelKinds& labels, const nlohmann::json& source_fields);
+                                    const LabelKinds& labels, const nlohmann::json& source_fields,
+                                    const nlohmann::json& optimize_difference = nullptr);
 
 // What a precompute would produce, for `embcache run --dry-run`: the crop count of the dataset's
 // grid and the feature bytes per crop (the encoder run once on zeros, on the CPU).
