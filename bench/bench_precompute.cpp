@@ -93,6 +93,8 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads);
   app.add_flag("--drop-behind", options.drop_behind);
   app.add_flag("--optimize", options.optimize);
+  bool serial = false;
+  app.add_flag("--serial", serial, "the stages one after another in this thread (no pipeline), for comparison");
   CLI11_PARSE(app, argc, argv);
   options.overwrite = true;
   options.quiet = true;
@@ -105,7 +107,9 @@ int main(int argc, char** argv) {
     // faster of the two is used: the comparison never flatters embcache.
     const double plain_before = plain_hdf5_write_mb_per_s(options.out + ".plain.h5", plain_mb);
     const embcache::PrecomputePlan plan = embcache::plan_precompute(options);
-    const embcache::PrecomputeSummary summary = embcache::run_precompute(plan);
+    embcache::PrecomputeHooks hooks;
+    hooks.serial = serial;
+    const embcache::PrecomputeSummary summary = embcache::run_precompute(plan, hooks);
     if (summary.crops_computed == 0) throw embcache::InputError("the run encoded nothing; nothing to compare");
     nlohmann::json j = summary.to_json();
     if (plan.optimize) {  // what the run measured: max |optimised - plain| / max |plain| per output

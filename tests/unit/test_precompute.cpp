@@ -1,5 +1,6 @@
 #include "doctest_torch.hpp"
 
+#include <ATen/Parallel.h>
 #include <malloc.h>
 #include <omp.h>
 #include <sys/stat.h>
@@ -7,6 +8,8 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -640,6 +643,47 @@ TEST_CASE("the encoder's waits hold its OpenMP workers inside a region, run once
   // One thread: no region at all.
   wait_with_openmp_workers_asleep(1, [&] { in_region = omp_in_parallel() != 0; });
   CHECK_FALSE(in_region);
+}
+
+// The OpenMP team size ATen's parallel loops get in the calling thread: LibTorch sets it at the
+// thread's first parallel loop, which an elementwise operation over 1M values makes happen.
+int aten_team_size() {
+  const at::Tensor t = at::ones({1 << 20}) * 2;
+  return omp_get_max_threads();
+}
+
+TEST_CASE("stage threads open no OpenMP team: ATen's parallel loops run on the stage's thread alone") {
+  const int before = at::get_num_threads();
+  at::set_num_threads(2);
+  int plain = 0, stage = 0;
+  std::thread([&] { plain = aten_team_size(); }).join();  // a new thread goes parallel by default
+  std::thread([&] { without_openmp_team([&] { stage = aten_team_size(); }); }).join();
+  at::set_num_threads(before);
+  CHECK(plain == 2);
+  CHECK(stage == 1);
+}
+
+TEST_CASE("idle stages wait while the encoder is inside a call, and go on when it returns or the stages turn normal") {
+  StagePriority priority(StageScheduling::kIdle);
+  std::atomic<bool> passed{false};
+  priority.encoder_call_begins();
+  std::thread stage([&] {
+    bool normal_now = false;
+    priority.follow(normal_now);
+    passed = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK_FALSE(passed.load());
+  priority.encoder_call_ends();
+  stage.join();
+  CHECK(passed.load());
+  // At normal scheduling nothing waits.
+  StagePriority normal(StageScheduling::kNormal);
+  normal.encoder_call_begins();
+  bool normal_now = true;
+  normal.follow(normal_now);
+  normal.encoder_call_ends();
+  CHECK(normal_now);
 }
 
 TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; items_ready(n) agrees" * doctest::test_suite("core")) {

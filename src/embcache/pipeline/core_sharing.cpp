@@ -1,5 +1,6 @@
 #include "embcache/pipeline/core_sharing.hpp"
 
+#include <ATen/Parallel.h>
 #include <omp.h>
 #include <pthread.h>
 #include <sched.h>
@@ -29,14 +30,31 @@ StagePriority::StagePriority(StageScheduling mode)
 void StagePriority::follow(bool& normal_now) const {
   const int s = state_.load(std::memory_order_relaxed);
   const bool want_normal = s == kNormal;
-  if (want_normal == normal_now) return;
   sched_param param{};
   // Leaving SCHED_IDLE may be refused without privileges (RLIMIT_NICE): then the stage stays idle.
-  if (pthread_setschedparam(pthread_self(), want_normal ? SCHED_OTHER : SCHED_IDLE, &param) == 0 || !want_normal) {
-    normal_now = want_normal;
-  } else {
-    normal_now = true;  // do not retry every item
+  if (want_normal != normal_now) {
+    if (pthread_setschedparam(pthread_self(), want_normal ? SCHED_OTHER : SCHED_IDLE, &param) == 0 || !want_normal) {
+      normal_now = want_normal;
+    } else {
+      normal_now = true;  // do not retry every item
+    }
   }
+  if (normal_now) return;
+  std::unique_lock<std::mutex> lock(gate_mutex_);
+  gate_open_.wait(lock, [&] { return !encoder_in_call_ || state_.load(std::memory_order_relaxed) == kNormal; });
+}
+
+void StagePriority::encoder_call_begins() {
+  std::lock_guard<std::mutex> lock(gate_mutex_);
+  encoder_in_call_ = true;
+}
+
+void StagePriority::encoder_call_ends() {
+  {
+    std::lock_guard<std::mutex> lock(gate_mutex_);
+    encoder_in_call_ = false;
+  }
+  gate_open_.notify_all();
 }
 
 void StagePriority::observe(double feature_bytes, double seconds) {
@@ -45,6 +63,8 @@ void StagePriority::observe(double feature_bytes, double seconds) {
   if (++observed_ < kObservedBatches) return;
   int undecided = kUndecided;
   state_.compare_exchange_strong(undecided, fastest_rate_ >= kWriterBytesPerSecond ? kNormal : kIdle);
+  std::lock_guard<std::mutex> lock(gate_mutex_);  // stages waiting at the gate see the decision
+  gate_open_.notify_all();
 }
 
 std::string StagePriority::decision() const {
@@ -85,6 +105,15 @@ void wait_with_openmp_workers_asleep(int threads, const std::function<void()>& w
     }
   }
   if (error) std::rethrow_exception(error);
+}
+
+void without_openmp_team(const std::function<void()>& body) {
+  // ATen sets a thread's OpenMP thread count to the process's intra-op count at the thread's
+  // first parallel_for; a call over one element makes that happen now, before the count is set
+  // to 1 for this thread (the encoder's thread keeps its own).
+  at::parallel_for(0, 1, 1, [](std::int64_t, std::int64_t) {});
+  omp_set_num_threads(1);
+  body();
 }
 
 OpenMpSpinThrottle::OpenMpSpinThrottle(int threads) : active_(threads >= 2) {

@@ -3,7 +3,9 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <functional>
+#include <mutex>
 #include <string>
 
 namespace embcache {
@@ -25,7 +27,16 @@ class StagePriority {
   explicit StagePriority(StageScheduling mode);
 
   // Called by each stage thread at start and then once per item: applies the current decision.
+  // At idle scheduling it also waits while the encoder is inside a forward call on the CPU.
   void follow(bool& normal_now) const;
+  // The encoder thread brackets each forward call on the CPU. SCHED_IDLE alone did not keep the
+  // stages out of its way: an idle stage runs whenever an OpenMP worker of the encoder sleeps
+  // between two parallel regions, and the next region then waits for that worker to be woken and
+  // to take its core back. With many small regions (MobileNetV2: thousands per second) the
+  // encoder ran 1.3-1.6x slower inside precompute than alone. Gated, idle stages run between
+  // calls and while the encoder waits for them (its workers asleep, see below).
+  void encoder_call_begins();
+  void encoder_call_ends();
   // The encoder thread reports each stored batch: its feature bytes and encoder seconds. Under
   // auto, decided once after kObservedBatches, on the fastest of them (the first calls of a
   // TorchScript module are slow while its graph is optimised).
@@ -39,6 +50,9 @@ class StagePriority {
   static constexpr int kObservedBatches = 8;
   enum { kUndecided, kIdle, kNormal };
   std::atomic<int> state_;
+  mutable std::mutex gate_mutex_;
+  mutable std::condition_variable gate_open_;
+  bool encoder_in_call_ = false;  // under gate_mutex_
   int observed_ = 0;  // encoder thread only
   double fastest_rate_ = 0;
 };
@@ -67,6 +81,14 @@ constexpr double kWriterBytesPerSecond = 2e9;
 // returns. `threads` is the intra-op thread count the encoder runs with (the same team is
 // reused). Exceptions from `wait` are rethrown after the region.
 void wait_with_openmp_workers_asleep(int threads, const std::function<void()>& wait);
+
+// Runs `body` with this thread's OpenMP parallel regions limited to one thread, for the stage
+// threads around the encoder. An ATen operation that goes parallel in a thread of its own opens
+// an OpenMP team for that thread; once libgomp manages more threads than there are CPUs, every
+// idle worker in the process spins only 100 iterations before it sleeps (see above), and the
+// encoder's workers were woken by a futex for each of its parallel regions: MobileNetV2 ran 1.5-1.9x
+// slower inside precompute than alone, depending on whether a stage had gone parallel yet.
+void without_openmp_team(const std::function<void()>& body);
 
 class OpenMpSpinThrottle {
  public:

@@ -20,6 +20,22 @@ at::Tensor stack_inputs(const std::vector<CropItem>& items, std::size_t begin, s
   return at::stack(inputs);
 }
 
+// Tells the stages that the encoder is inside a forward call, for as long as it lives.
+class CallGate {
+ public:
+  explicit CallGate(StagePriority* priority) : priority_(priority) {
+    if (priority_) priority_->encoder_call_begins();
+  }
+  ~CallGate() {
+    if (priority_) priority_->encoder_call_ends();
+  }
+  CallGate(const CallGate&) = delete;
+  CallGate& operator=(const CallGate&) = delete;
+
+ private:
+  StagePriority* priority_;
+};
+
 void sync_device(const c10::Device& device) {
   if (device.is_cuda()) torch::cuda::synchronize(device.index());
 }
@@ -46,7 +62,12 @@ void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
 EncoderOutput EncodeStage::call(const at::Tensor& batch) {
   const auto t0 = Clock::now();
   if (!stats.first_call_start) stats.first_call_start = t0;
-  EncoderOutput out = encoder_.forward(batch);
+  EncoderOutput out;
+  {
+    // Idle stages wait while the encoder computes on the CPU; a GPU's calls leave the cores free.
+    const CallGate gate(settings_.device.is_cuda() ? nullptr : &priority_);
+    out = encoder_.forward(batch);
+  }
   sync_device(settings_.device);
   stats.last_call_end = Clock::now();
   last_call_seconds_ = std::chrono::duration<double>(*stats.last_call_end - t0).count();

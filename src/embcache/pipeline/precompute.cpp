@@ -3,11 +3,13 @@
 #include <ATen/ATen.h>
 
 #include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <filesystem>
 #include <future>
 #include <limits>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <thread>
 
@@ -51,20 +53,38 @@ struct Stages {
   ConvertStage convert;
 };
 
-// Each stage in its own thread. This thread only waits: a light encoder's stages run at normal
-// scheduling, and then the encoder's OpenMP workers must not spin on their cores (core_sharing.hpp).
+// The encoder in this thread, every other stage in a thread of its own. libgomp lets an idle
+// worker spin ~300000 iterations before it sleeps only while it manages no more threads than
+// there are CPUs; past that, 100. Every thread that runs a parallel ATen operation gets a team of
+// its own: the stage threads did (converting, stacking), and so had this thread (loading the
+// encoder), so an encoder in another thread put libgomp over 2 CPUs, and its worker slept after
+// every parallel region and was woken by a futex for the next (18,000 context switches in 14 s):
+// MobileNetV2 ran 1.5-1.9x slower than alone (scripts/bench_encoders.sh). Now the encoder reuses
+// this thread's team, and the stage threads open none (without_openmp_team). A light encoder's
+// stages run at normal scheduling, and then its OpenMP workers must not spin on their cores: a
+// helper thread holds OpenMpSpinThrottle's idle team until the encoder is done (core_sharing.hpp).
 void run_threaded(Stages& s, RunContext& context, const StagePriority& priority, const PrecomputePlan& plan) {
-  std::thread io = context.start([&] { s.io.run(); });
-  std::thread prep = context.start([&] { s.prep.run(); });
-  std::thread encode = context.start([&] { s.encode.run(); });
-  std::thread convert = context.start([&] { s.convert.run(); });
-  std::optional<OpenMpSpinThrottle> throttle;
-  if (priority.wait_decided([&] { return s.io.finished.load() || context.failed(); }) && !plan.device.is_cuda()) {
-    throttle.emplace(plan.threads);
+  std::thread io = context.start([&] { without_openmp_team([&] { s.io.run(); }); });
+  std::thread prep = context.start([&] { without_openmp_team([&] { s.prep.run(); }); });
+  std::thread convert = context.start([&] { without_openmp_team([&] { s.convert.run(); }); });
+  std::mutex mutex;
+  std::condition_variable encoded;
+  bool encoder_done = false;
+  std::thread throttler([&] {
+    if (!priority.wait_decided([&] { return s.io.finished.load() || context.failed(); }) || plan.device.is_cuda()) return;
+    const OpenMpSpinThrottle throttle(plan.threads);
+    std::unique_lock<std::mutex> lock(mutex);
+    encoded.wait(lock, [&] { return encoder_done; });
+  });
+  context.run([&] { s.encode.run(); });
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    encoder_done = true;
   }
+  encoded.notify_all();
+  throttler.join();
   io.join();
   prep.join();
-  encode.join();
   convert.join();
 }
 
