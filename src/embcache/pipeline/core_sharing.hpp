@@ -68,8 +68,8 @@ constexpr double kWriterBytesPerSecond = 2e9;
 // thread per core keeps its workers spinning through every gap between parallel regions, on the
 // cores the reading, converting and writing threads need. This opens a second, idle team of
 // `threads` threads in the calling thread's pool, which puts libgomp over the CPU count; the
-// destructor frees that pool. Spinning never changes results. Open it from the thread that
-// starts the stages (a team opened by a stage thread did not throttle anything, measured).
+// destructor frees that pool. Spinning never changes results. Open it from a thread that runs
+// no stage (precompute uses a helper thread; the stage threads keep OpenMP to one thread).
 // Measured on 2 cores with the stages at normal scheduling, light benchmark: 0.43-0.50 ->
 // 0.61-0.66 of plain HDF5 speed, with a third less CPU time. Not for compute-bound encoders:
 // with 100 spins their workers sleep between regions (heavy benchmark 1.19 -> 1.24).
