@@ -10,8 +10,11 @@
 #   py forward     scripts/encoder_loop.py: the forward calls alone, in a plain Python loop
 #   py script      the same loop with its serial h5py reads, conversion and h5py writes
 # Prints the medians (min-max) and the ratios the issue's targets are about.
-# Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; EXTRA="--opt ..."
-# passes options to bench_precompute.
+#   --optimize     the same run with precompute --optimize (freeze + optimize_for_inference): its
+#                  encoder-only, encoder_seconds and wall, and the difference from the plain
+#                  encoder it measured (max over outputs of max |a - b| / max |b|)
+# Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; OPTIMIZE=0 leaves
+# out the --optimize runs; EXTRA="--opt ..." passes options to bench_precompute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -24,6 +27,7 @@ fi
 WORK=${1:-$(mktemp -d /tmp/embcache-bench-encoders-XXXXXX)}
 mkdir -p "$WORK"
 REPEATS=${REPEATS:-5}
+OPTIMIZE=${OPTIMIZE:-1}
 B=$BUILD/bench/bench_precompute
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
 # allocator scope does for its encoder thread), so the peer is not slowed by page faults.
@@ -39,6 +43,11 @@ for round in $(seq "$REPEATS"); do
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
       --threads 2 --scale 0.00392157 --plain-write-mb 16 ${EXTRA:-} >"$WORK/$name-run-$round.json"
     rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
+    if ((OPTIMIZE)); then
+      "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
+        --threads 2 --scale 0.00392157 --plain-write-mb 16 --optimize ${EXTRA:-} >"$WORK/$name-opt-$round.json"
+      rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
+    fi
     $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 >"$WORK/$name-forward-$round.json"
     $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode script --out "$WORK/py-$name.h5" \
       >"$WORK/$name-script-$round.json"
@@ -46,9 +55,10 @@ for round in $(seq "$REPEATS"); do
   done
   echo "round $round done"
 done
-$PY - "$WORK" "$REPEATS" "${MODELS[@]}" <<'PY'
+$PY - "$WORK" "$REPEATS" "$OPTIMIZE" "${MODELS[@]}" <<'PY'
 import json, statistics, sys
-work, repeats, models = sys.argv[1], int(sys.argv[2]), [m.split()[0] for m in sys.argv[3:]]
+work, repeats, optimize = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+models = [m.split()[0] for m in sys.argv[4:]]
 def series(name, kind, key):
     return [json.load(open(f"{work}/{name}-{kind}-{r}.json"))[key] for r in range(1, repeats + 1)]
 def cell(v):
@@ -64,4 +74,20 @@ for m in models:
           f"   {med(enc) / med(only):8.3f}  {med(wall) / med(only):9.3f}  {med(wall) / med(fwd):10.3f}"
           f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):.3f}")
 print("targets: enc/only <= 1.05, wall/only <= 1.10, wall/pyfwd <= 1.10, wall/pyscript < 1, slow mode <= 1.15")
+if optimize:
+    print()
+    print("--optimize (freeze + optimize_for_inference), the same runs:")
+    cols = ["encoder-only", "enc in run", "wall"]
+    print(f"{'model':14} " + " ".join(f"{c:>20}" for c in cols) +
+          "   enc/only  wall/pyfwd  wall/plain wall  slow mode  max rel. difference")
+    for m in models:
+        only, enc = series(m, "opt", "encoder_only_seconds"), series(m, "opt", "encoder_seconds")
+        wall, fwd = series(m, "opt", "seconds"), series(m, "forward", "forward_seconds")
+        plain_wall = series(m, "run", "seconds")
+        differences = [max(json.load(open(f"{work}/{m}-opt-{r}.json"))["optimize_difference"].values())
+                       for r in range(1, repeats + 1)]
+        med = statistics.median
+        print(f"{m:14} " + " ".join(f"{cell(v):>20}" for v in (only, enc, wall)) +
+              f"   {med(enc) / med(only):8.3f}  {med(wall) / med(fwd):10.3f}  {med(wall) / med(plain_wall):15.3f}"
+              f"  {max(enc) / min(enc):9.3f}  {max(differences):.2e}")
 PY

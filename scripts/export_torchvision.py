@@ -76,7 +76,7 @@ def models():
 
 
 # Rows per model so that one precompute runs 10-30 s on the 2-core build machine.
-ROWS = {"mobilenet_v2": 6400, "resnet50": 960, "convnext_tiny": 768, "vit_b_16": 192}
+ROWS = {"mobilenet_v2": 6400, "resnet50": 960, "convnext_tiny": 384, "vit_b_16": 64}
 
 
 def main():
