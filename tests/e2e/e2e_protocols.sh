@@ -111,6 +111,22 @@ import json; m = json.load(open("segf/metrics.json")); c = m["combinations"][0]
 assert c["train_rows"] == 300 and m["class_weights"]["mode"] == "balanced", (c["train_rows"], m.get("class_weights"))
 print("ok: segmentation trains on 300 of 3000 windows at --train-fraction 0.1")' || fail "segmentation fraction"
 
+# 4b. A grid of dense heads (one bank per learning rate) trains its banks side by side on the
+#     cores --threads 1 leaves free, and each result is the lone run's, to the last digit.
+seg=(--cache seg.h5 --task segmentation --head conv --levels 1 --epochs 2 --threads 1 --train-fraction 0.1 --quiet)
+"$EMBCACHE" train-probe "${seg[@]}" --out seggrid --lr 1e-3,1e-2 >/dev/null
+for lr in 1e-3 1e-2; do "$EMBCACHE" train-probe "${seg[@]}" --out seglone$lr --lr $lr >/dev/null; done
+"$PYTHON" - "$(nproc)" <<'PY' || fail "dense banks side by side"
+import json, sys
+grid = json.load(open("seggrid/metrics.json"))
+lanes = grid["timing"]["bank_lanes"]
+assert lanes == min(2, int(sys.argv[1])), (lanes, sys.argv[1])
+for c, lr in zip(grid["combinations"], ("1e-3", "1e-2")):
+    lone = json.load(open(f"seglone{lr}/metrics.json"))["combinations"][0]
+    assert c["val"] == lone["val"] and c["test"] == lone["test"] and c["best_epoch"] == lone["best_epoch"], (lr, c, lone)
+print(f"ok: 2 conv heads on {lanes} lanes equal their lone runs")
+PY
+
 # 5. Bad input: one line each.
 expect_error 3 "--train-fraction 0.001: class [0-9] would have no train rows (it has" \
   "$EMBCACHE" train-probe "${frac[@]}" --out bad --train-fraction 0.001

@@ -14,6 +14,7 @@
 #include <limits>
 #include <map>
 #include <numeric>
+#include <optional>
 #include <set>
 #include <thread>
 
@@ -25,6 +26,7 @@
 #include "embcache/core/parse.hpp"
 #include "embcache/core/progress.hpp"
 #include "embcache/core/stop_request.hpp"
+#include "embcache/probe/bank_lanes.hpp"
 #include "embcache/probe/feature_feed.hpp"
 #include "embcache/probe/logistic_regression.hpp"
 #include "embcache/probe/heads.hpp"
@@ -479,6 +481,13 @@ class Trainer {
   }
 
   void train() {
+    // Banks side by side on the cores the intra-op threads leave free (probe/bank_lanes.hpp).
+    const std::size_t lane_count = hooks.bank_lanes > 0 ? hooks.bank_lanes
+                                                        : bank_lane_count(device, at::get_num_threads(),
+                                                                          std::thread::hardware_concurrency());
+    if (lane_count > 1 && banks.size() > 1) {
+      lanes_.emplace(std::min(lane_count, banks.size()), at::get_num_threads());
+    }
     higher = higher_is_better(task);
     primary = primary_metric(task);
     history = nlohmann::json::array();
@@ -588,8 +597,8 @@ class Trainer {
       if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
       const double factor = schedule_factor(plan.schedule, group.step, group.total_steps, group.warmup_steps);
       const std::int64_t b = batch->ids.size(0);
-      for (auto i : live) {
-        Bank& bank = banks[i];
+      const auto step = [&](std::size_t k) {
+        Bank& bank = banks[live[k]];
         std::vector<bool> active;
         for (auto ci : bank.combos) active.push_back(combos[ci].active);
         const at::Tensor out = bank.heads.forward(bank_inputs(bank, *batch), true);
@@ -598,7 +607,12 @@ class Trainer {
         losses.sum().backward();
         bank.optimizer->step(factor, active);
         bank.optimizer->zero_grad();
-        loss_sum[i].add_(losses.detach().to(at::kDouble) * double(b));
+        loss_sum[live[k]].add_(losses.detach().to(at::kDouble) * double(b));
+      };
+      if (lanes_ && live.size() > 1) {
+        lanes_->run(live.size(), step);
+      } else {
+        for (std::size_t k = 0; k < live.size(); ++k) step(k);
       }
       seen += b;
       ++group.step;
@@ -911,7 +925,7 @@ class Trainer {
     facts.history = history;
     facts.timing = {{"train_seconds", train_seconds}, {"load_seconds", load_seconds}, {"total_seconds", seconds_since(t_start)},
                     {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
-                    {"heads", combos.size()}, {"banks", banks.size()}};
+                    {"heads", combos.size()}, {"banks", banks.size()}, {"bank_lanes", lanes_ ? lanes_->lanes() : 1}};
     facts.data = data_json();
     if (plan.class_weights != ClassWeightMode::kNone) {
       // One fraction: as before fractions existed; several: one object per fraction.
@@ -998,6 +1012,7 @@ class Trainer {
   std::unique_ptr<FeatureFeed> train_feed, val_feed, test_feed;
   double load_seconds = 0;
   // Training.
+  std::optional<BankLanes> lanes_;  // when banks train side by side
   std::int64_t epochs_run = 0, samples_trained = 0;
   bool higher = true;
   std::string primary;

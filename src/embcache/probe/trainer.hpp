@@ -41,6 +41,8 @@ struct CombinationOutcome {
 struct ProbeHooks {
   // Called once per combination after RUN_DIR is written (embcache run gives each its own directory).
   std::function<void(const CombinationOutcome&)> on_combination;
+  // Lanes for training banks side by side (probe/bank_lanes.hpp); 0: from the CPUs and --threads.
+  std::size_t bank_lanes = 0;
 };
 
 // What train_probe checks of the caches before it reads a row: they exist and agree, carry the

@@ -1,0 +1,40 @@
+// Head banks trained side by side: on a CPU whose cores the intra-op threads do not fill (e.g.
+// LibTorch's default of one thread per physical core where it counts one, or --threads 1), the
+// banks of one batch take a lane each instead of waiting for one another. A grid of dense heads
+// has one bank per combination (conv, fpn, unet and upernet members are not stacked), so this is
+// what lets a grid of them cost less than the sum of its heads. Each lane runs ATen with the same
+// intra-op thread count a lone run uses, so a bank's results do not change.
+#pragma once
+
+#include <c10/core/Device.h>
+
+#include <cstddef>
+#include <functional>
+#include <memory>
+
+namespace embcache {
+
+// How many lanes to use: 1 on a GPU or when the intra-op threads fill the CPUs, otherwise
+// cpus / intra_threads.
+std::size_t bank_lane_count(const c10::Device& device, int intra_threads, unsigned cpus);
+
+class BankLanes {
+ public:
+  // `lanes` lanes in all, the calling thread being one; every helper thread runs ATen with
+  // `intra_threads` intra-op (OpenMP) threads.
+  BankLanes(std::size_t lanes, int intra_threads);
+  ~BankLanes();
+  BankLanes(const BankLanes&) = delete;
+  BankLanes& operator=(const BankLanes&) = delete;
+
+  std::size_t lanes() const;
+  // Runs work(0), ..., work(n - 1) spread over the lanes and returns when all are done. The
+  // first exception a call throws is rethrown here, after the others finished.
+  void run(std::size_t n, const std::function<void(std::size_t)>& work);
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace embcache
