@@ -8,7 +8,8 @@
 #   cached          >= 20 x the same training with the encoder in the loop
 #   knn             k = 10, 20, 50 in <= 1.5 x one float32 matrix product of the same sizes
 #   logreg          a 10-value C path in <= 0.5 x 10 separate fits (and against scikit-learn)
-#   dense heads     seconds per epoch of fpn, unet and upernet against the conv head
+#   dense heads     seconds per epoch of conv, fpn, unet and upernet against an eager PyTorch loop of the
+#                   same head (<= 1.0x), and a grid of 3 learning rates against one head (<= 2x)
 # GPU tier: only when CUDA is available.
 # Usage: scripts/bench_probe.sh [WORK_DIR]   (default: a temporary directory)
 # From an existing build (a GPU node, no apt): BUILD_DIR=DIR with DIR/apps/embcache/embcache built
@@ -121,21 +122,36 @@ dense() {  # dense NAME HEAD LEVELS [options]: seconds per training epoch
   shift 3
   "$E" train-probe --cache "$SEG/seg.h5" --out "$WORK/$name" --task segmentation --head "$head" --levels "$levels" \
     --epochs 2 --quiet "$@" >/dev/null
-  $PY -c 'import json,sys; t=json.load(open(sys.argv[1]))["timing"]; print(f"{t[\"train_seconds\"] / t[\"epochs\"]:.2f}")' \
+  $PY -c 'import json,sys; t=json.load(open(sys.argv[1]))["timing"]; print("%.2f" % (t["train_seconds"] / t["epochs"]))' \
     "$WORK/$name/metrics.json"
 }
+# The yardstick: the same head, batch (64) and optimizer as an eager PyTorch loop over the train
+# split's features in memory (scripts/dense_eager.py), in this run.
+eager() {  # eager HEAD LEVELS WIDTH [LRS]: seconds per epoch of all LRS one after another
+  $PY scripts/dense_eager.py "$SEG/seg.h5" --head "$1" --levels "$2" --width "$3" --lrs "${4:-1e-3}" --epochs 2 |
+    $PY -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["grid_seconds_per_epoch"])'
+}
 conv=$(dense d-conv conv 1)
-echo "conv (level 1, width 128): ${conv}s per epoch"
+conv_eager=$(eager conv 1 128)
+echo "conv (level 1, width 128): ${conv}s per epoch; eager PyTorch ${conv_eager}s: $(ratio "$conv" "$conv_eager") x (target <= 1.0)"
 for spec in "fpn 0+1" "unet 0+1" "upernet 1 --hidden 128" "upernet 0+1 --hidden 128"; do
   set -- $spec
   s=$(dense "d-${spec// /_}" "$@")
-  echo "$spec: ${s}s per epoch, $(ratio "$s" "$conv") x the conv head"
+  e=$(eager "$1" "$2" 128)
+  echo "$spec: ${s}s per epoch, $(ratio "$s" "$conv") x the conv head; eager PyTorch ${e}s: $(ratio "$s" "$e") x (target <= 1.0)"
 done
+grid=$(dense d-conv-3lr conv 1 --lr 1e-3,3e-3,1e-2)
+grid_eager=$(eager conv 1 128 1e-3,3e-3,1e-2)
+echo "conv, a grid of 3 learning rates: ${grid}s per epoch, $(ratio "$grid" "$conv") x one head (target <= 2);" \
+     "eager PyTorch, the 3 one after another: ${grid_eager}s"
 # UPerNet at its default width (512, as PANGAEA) costs about 16x its width-128 FLOPs: on a CPU
 # it is timed on 1/8 of the train rows and scaled to the whole split.
 s=$(dense d-upernet-512 upernet 1 --train-fraction 0.125)
 s=$($PY -c 'import sys; print(f"{float(sys.argv[1]) * 8:.2f}")' "$s")
-echo "upernet 1 (width 512): ${s}s per epoch (from 1/8 of the rows), $(ratio "$s" "$conv") x the conv head"
+e=$($PY scripts/dense_eager.py "$SEG/seg.h5" --head upernet --levels 1 --width 512 --epochs 2 --train-fraction 0.125 |
+    $PY -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["grid_seconds_per_epoch"] * 8))')
+echo "upernet 1 (width 512): ${s}s per epoch (from 1/8 of the rows), $(ratio "$s" "$conv") x the conv head;" \
+     "eager PyTorch ${e}s: $(ratio "$s" "$e") x (target <= 1.0)"
 
 echo
 echo "== 7. GPU tier =="
