@@ -108,10 +108,11 @@ void wait_with_openmp_workers_asleep(int threads, const std::function<void()>& w
 }
 
 void without_openmp_team(const std::function<void()>& body) {
-  // ATen sets a thread's OpenMP thread count to the process's intra-op count at the thread's
-  // first parallel_for; a call over one element makes that happen now, before the count is set
-  // to 1 for this thread (the encoder's thread keeps its own).
-  at::parallel_for(0, 1, 1, [](std::int64_t, std::int64_t) {});
+  // LibTorch sets a thread's OpenMP thread count to the process's intra-op count at the thread's
+  // first parallel loop; at::get_num_threads() makes that happen now (inside LibTorch, whose
+  // per-thread flag it is), before the count is set to 1 for this thread. The encoder's thread
+  // keeps its own.
+  at::get_num_threads();
   omp_set_num_threads(1);
   body();
 }

@@ -46,9 +46,9 @@ struct BankLanes::Impl {
   }
 
   void helper() {
-    // LibTorch sets a thread's OpenMP count at its first parallel loop; set it first, then to the
-    // count a lone run's thread has.
-    at::internal::lazy_init_num_threads();
+    // LibTorch sets a thread's OpenMP count at its first parallel loop (at::get_num_threads()
+    // makes that happen now); then the count a lone run's thread has.
+    at::get_num_threads();
     omp_set_num_threads(intra_threads);
     std::uint64_t seen = 0;
     while (true) {
