@@ -32,8 +32,8 @@ class StagePriority {
   // The encoder thread brackets each forward call on the CPU. SCHED_IDLE alone did not keep the
   // stages out of its way: an idle stage runs whenever an OpenMP worker of the encoder sleeps
   // between two parallel regions, and the next region then waits for that worker to be woken and
-  // to take its core back. With many small regions (MobileNetV2: thousands per second) the
-  // encoder ran 1.3-1.6x slower inside precompute than alone. Gated, idle stages run between
+  // to take its core back. With many small regions (MobileNetV2: thousands per second), wall /
+  // encoder-only was 1.06-1.30 ungated and 1.06-1.08 gated. Gated, idle stages run between
   // calls and while the encoder waits for them (its workers asleep, see below).
   void encoder_call_begins();
   void encoder_call_ends();

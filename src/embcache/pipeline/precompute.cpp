@@ -53,16 +53,11 @@ struct Stages {
   ConvertStage convert;
 };
 
-// The encoder in this thread, every other stage in a thread of its own. libgomp lets an idle
-// worker spin ~300000 iterations before it sleeps only while it manages no more threads than
-// there are CPUs; past that, 100. Every thread that runs a parallel ATen operation gets a team of
-// its own: the stage threads did (converting, stacking), and so had this thread (loading the
-// encoder), so an encoder in another thread put libgomp over 2 CPUs, and its worker slept after
-// every parallel region and was woken by a futex for the next (18,000 context switches in 14 s):
-// MobileNetV2 ran 1.5-1.9x slower than alone (scripts/bench_encoders.sh). Now the encoder reuses
-// this thread's team, and the stage threads open none (without_openmp_team). A light encoder's
-// stages run at normal scheduling, and then its OpenMP workers must not spin on their cores: a
-// helper thread holds OpenMpSpinThrottle's idle team until the encoder is done (core_sharing.hpp).
+// The encoder in this thread, reusing its OpenMP team; every other stage in a thread of its own
+// that opens no team (without_openmp_team, core_sharing.hpp says why: with an encoder on a
+// fourth thread, MobileNetV2 ran 1.5-1.9x slower than alone). A light encoder's stages run at
+// normal scheduling, and then its OpenMP workers must not spin on their cores: a helper thread
+// holds OpenMpSpinThrottle's idle team until the encoder is done.
 void run_threaded(Stages& s, RunContext& context, const StagePriority& priority, const PrecomputePlan& plan) {
   std::thread io = context.start([&] { without_openmp_team([&] { s.io.run(); }); });
   std::thread prep = context.start([&] { without_openmp_team([&] { s.prep.run(); }); });
