@@ -8,18 +8,20 @@
 #                  (bench_precompute: warm-up included, as in the run)
 #   enc in run     precompute's encoder_seconds;  wall: precompute's wall time
 #   py forward     scripts/encoder_loop.py: the forward calls alone, in a plain Python loop
-#   py script      the same loop with its serial h5py reads, conversion and h5py writes
+#   py script      the same loop with its serial h5py reads, conversion and h5py writes (run
+#                  after the forward loop in the same Python process, so with a warm model)
 # Prints the medians (min-max) and the ratios the issue's targets are about.
 #   --optimize     the same run with precompute --optimize (freeze + optimize_for_inference): its
 #                  encoder-only, encoder_seconds and wall, and the difference from the plain
 #                  encoder it measured (max over outputs of max |a - b| / max |b|)
-# Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; OPTIMIZE=0 leaves
-# out the --optimize runs; EXTRA="--opt ..." passes options to bench_precompute.
+# Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; OPTIMIZE=1 adds
+# the --optimize runs (about 4 minutes more); EXTRA="--opt ..." passes options to bench_precompute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
 [[ -n ${BUILD_DIR:-} && -x $BUILD/bench/bench_precompute ]] || scripts/setup.sh >/dev/null
 PY=${PYTHON:-/usr/bin/python3}
+START=$SECONDS
 if ! $PY -c 'import torchvision' 2>/dev/null; then
   [[ $(id -u) -eq 0 ]] || { echo "bench_encoders: needs python3-torchvision (apt-get install python3-torchvision)" >&2; exit 1; }
   DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends python3-torchvision >/dev/null
@@ -27,7 +29,7 @@ fi
 WORK=${1:-$(mktemp -d /tmp/embcache-bench-encoders-XXXXXX)}
 mkdir -p "$WORK"
 REPEATS=${REPEATS:-5}
-OPTIMIZE=${OPTIMIZE:-1}
+OPTIMIZE=${OPTIMIZE:-0}
 B=$BUILD/bench/bench_precompute
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
 # allocator scope does for its encoder thread), so the peer is not slowed by page faults.
@@ -35,6 +37,7 @@ export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" 2>/dev/null >"$WORK/models.jsonl"
 mapfile -t MODELS < <($PY -c 'import json,sys
 for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"])' "$WORK/models.jsonl")
+
 echo "$(nproc) cores; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do
@@ -48,12 +51,11 @@ for round in $(seq "$REPEATS"); do
         --threads 2 --scale 0.00392157 --plain-write-mb 16 --optimize ${EXTRA:-} >"$WORK/$name-opt-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
-    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 >"$WORK/$name-forward-$round.json"
-    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode script --out "$WORK/py-$name.h5" \
-      >"$WORK/$name-script-$round.json"
+    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode both --out "$WORK/py-$name.h5" \
+      >"$WORK/$name-py-$round.json"
     rm -f "$WORK/py-$name.h5"
   done
-  echo "round $round done"
+  echo "round $round done ($((SECONDS - START)) s)"
 done
 $PY - "$WORK" "$REPEATS" "$OPTIMIZE" "${MODELS[@]}" <<'PY'
 import json, statistics, sys
@@ -68,7 +70,7 @@ print(f"{'model':14} " + " ".join(f"{c:>20}" for c in cols) +
       "   enc/only  wall/only  wall/pyfwd  wall/pyscript  slow mode (enc max/min)")
 for m in models:
     only, enc = series(m, "run", "encoder_only_seconds"), series(m, "run", "encoder_seconds")
-    wall, fwd, script = series(m, "run", "seconds"), series(m, "forward", "forward_seconds"), series(m, "script", "seconds")
+    wall, fwd, script = series(m, "run", "seconds"), series(m, "py", "forward_seconds"), series(m, "py", "seconds")
     med = statistics.median
     print(f"{m:14} " + " ".join(f"{cell(v):>20}" for v in (only, enc, wall, fwd, script)) +
           f"   {med(enc) / med(only):8.3f}  {med(wall) / med(only):9.3f}  {med(wall) / med(fwd):10.3f}"
@@ -82,7 +84,7 @@ if optimize:
           "   enc/only  wall/pyfwd  wall/plain wall  slow mode  max rel. difference")
     for m in models:
         only, enc = series(m, "opt", "encoder_only_seconds"), series(m, "opt", "encoder_seconds")
-        wall, fwd = series(m, "opt", "seconds"), series(m, "forward", "forward_seconds")
+        wall, fwd = series(m, "opt", "seconds"), series(m, "py", "forward_seconds")
         plain_wall = series(m, "run", "seconds")
         differences = [max(json.load(open(f"{work}/{m}-opt-{r}.json"))["optimize_difference"].values())
                        for r in range(1, repeats + 1)]
@@ -91,3 +93,4 @@ if optimize:
               f"   {med(enc) / med(only):8.3f}  {med(wall) / med(fwd):10.3f}  {med(wall) / med(plain_wall):15.3f}"
               f"  {max(enc) / min(enc):9.3f}  {max(differences):.2e}")
 PY
+echo "the benchmark took $(((SECONDS - START) / 60)) min $(((SECONDS - START) % 60)) s (rounds and export)"

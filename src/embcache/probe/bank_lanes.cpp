@@ -27,22 +27,91 @@ struct BankLanes::Impl {
   std::condition_variable wake, finished;
   std::uint64_t generation = 0;  // one per run(); helpers join each once
   bool closing = false;
-  const std::function<void(std::size_t)>* work = nullptr;
-  std::size_t count = 0;
-  std::atomic<std::size_t> next{0};
+  std::function<void()> job;  // what every lane runs in this generation
   std::size_t helpers_busy = 0;
   std::exception_ptr error;
+  // run(): the next index to take.
+  std::atomic<std::size_t> next{0};
+  // run_chains(): per chain, the steps started and whether one is running; chain_free wakes a
+  // lane waiting for a chain that another lane holds.
+  std::vector<std::size_t> started;
+  std::vector<bool> running;
+  std::condition_variable chain_free;
+
+  void record(std::exception_ptr e) {
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!error) error = e;
+  }
 
   // Takes indices until none is left.
-  void drain() {
+  void drain(std::size_t count, const std::function<void(std::size_t)>& work) {
     for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
       try {
-        (*work)(i);
+        work(i);
       } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!error) error = std::current_exception();
+        record(std::current_exception());
       }
     }
+  }
+
+  // The chain a free lane takes: not running, steps left, fewest started (then lowest index).
+  // chains() when none is free; `waiting` says whether one has steps left but is running.
+  std::size_t pick_chain(std::size_t steps, bool& waiting) const {
+    std::size_t best = started.size();
+    waiting = false;
+    for (std::size_t c = 0; c < started.size(); ++c) {
+      if (started[c] == steps) continue;
+      if (running[c]) {
+        waiting = true;
+      } else if (best == started.size() || started[c] < started[best]) {
+        best = c;
+      }
+    }
+    return best;
+  }
+
+  // Takes steps of free chains until no chain has a step left to start (or one step failed).
+  void drain_chains(std::size_t steps, const std::function<void(std::size_t, std::size_t)>& work) {
+    std::unique_lock<std::mutex> lock(mutex);
+    while (!error) {
+      bool waiting = false;
+      const std::size_t c = pick_chain(steps, waiting);
+      if (c == started.size()) {
+        if (!waiting) return;
+        chain_free.wait(lock);
+        continue;
+      }
+      const std::size_t s = started[c]++;
+      running[c] = true;
+      lock.unlock();
+      std::exception_ptr failed;
+      try {
+        work(c, s);
+      } catch (...) {
+        failed = std::current_exception();
+      }
+      lock.lock();
+      running[c] = false;
+      if (failed && !error) error = failed;
+      chain_free.notify_all();
+    }
+  }
+
+  // Runs `job` on every lane, the calling thread included, and rethrows the first error.
+  void run_everywhere(std::function<void()> work) {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      job = std::move(work);
+      error = nullptr;
+      helpers_busy = helpers.size();
+      ++generation;
+    }
+    wake.notify_all();
+    job();
+    std::unique_lock<std::mutex> lock(mutex);
+    finished.wait(lock, [&] { return helpers_busy == 0; });
+    job = nullptr;
+    if (error) std::rethrow_exception(error);
   }
 
   void helper() {
@@ -58,7 +127,7 @@ struct BankLanes::Impl {
         if (closing) return;
         seen = generation;
       }
-      drain();
+      job();
       std::lock_guard<std::mutex> lock(mutex);
       if (--helpers_busy == 0) finished.notify_all();
     }
@@ -84,21 +153,16 @@ std::size_t BankLanes::lanes() const { return impl_->lanes; }
 
 void BankLanes::run(std::size_t n, const std::function<void(std::size_t)>& work) {
   Impl& s = *impl_;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    s.work = &work;
-    s.count = n;
-    s.next = 0;
-    s.error = nullptr;
-    s.helpers_busy = s.helpers.size();
-    ++s.generation;
-  }
-  s.wake.notify_all();
-  s.drain();
-  std::unique_lock<std::mutex> lock(s.mutex);
-  s.finished.wait(lock, [&] { return s.helpers_busy == 0; });
-  s.work = nullptr;
-  if (s.error) std::rethrow_exception(s.error);
+  s.next = 0;
+  s.run_everywhere([&s, n, &work] { s.drain(n, work); });
+}
+
+void BankLanes::run_chains(std::size_t chains, std::size_t steps,
+                           const std::function<void(std::size_t, std::size_t)>& work) {
+  Impl& s = *impl_;
+  s.started.assign(chains, 0);
+  s.running.assign(chains, false);
+  s.run_everywhere([&s, steps, &work] { s.drain_chains(steps, work); });
 }
 
 }  // namespace embcache

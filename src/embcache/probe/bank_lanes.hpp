@@ -1,6 +1,9 @@
 // Head banks trained side by side: on a CPU whose cores the intra-op threads do not fill (e.g.
 // LibTorch's default of one thread per physical core where it counts one, or --threads 1), the
-// banks of one batch take a lane each instead of waiting for one another. A grid of dense heads
+// banks take a lane each instead of waiting for one another. The trainer hands them a window of
+// batches at a time (run_chains): each bank steps through the window in order, and a lane that
+// finishes a step takes the next step of whichever bank is furthest behind, so banks that do not
+// divide evenly over the lanes do not leave a lane idle after every batch. A grid of dense heads
 // has one bank per combination (conv, fpn, unet and upernet members are not stacked), so this is
 // what lets a grid of them cost less than the sum of its heads. Each lane runs ATen with the same
 // intra-op thread count a lone run uses, so a bank's results do not change.
@@ -31,6 +34,12 @@ class BankLanes {
   // Runs work(0), ..., work(n - 1) spread over the lanes and returns when all are done. The
   // first exception a call throws is rethrown here, after the others finished.
   void run(std::size_t n, const std::function<void(std::size_t)>& work);
+  // Runs work(c, s) for `chains` chains of `steps` steps: a chain's steps one after another (a
+  // bank's optimizer steps over a window of batches), the chains side by side with no barrier
+  // between steps. A free lane takes the step of the waiting chain with the fewest steps done, so
+  // 3 chains on 2 lanes take about 1.5 x steps instead of the 2 x steps of a barrier per step.
+  // After an exception no new step starts; the first is rethrown once the running ones finished.
+  void run_chains(std::size_t chains, std::size_t steps, const std::function<void(std::size_t, std::size_t)>& work);
 
  private:
   struct Impl;
