@@ -8,8 +8,12 @@
 #                  (bench_precompute: warm-up included, as in the run)
 #   enc in run     precompute's encoder_seconds;  wall: precompute's wall time
 #   py forward     scripts/encoder_loop.py: the forward calls alone, in a plain Python loop
-#   py script      the same loop with its serial h5py reads, conversion and h5py writes (run
-#                  after the forward loop in the same Python process, so with a warm model)
+#   py script      the same loop with its serial h5py reads, conversion and h5py writes (after
+#                  the forward loop in the same Python process, the model loaded afresh)
+# Every process first runs one batch through a throwaway copy of the model (--warm-up-input,
+# --warm-up): the first forward call in a process also generates oneDNN's kernels and grows the
+# heap, and without that the measurement a process makes first pays it and the later ones do not.
+# Each measured pass still loads its model afresh and pays its own TorchScript warm-up.
 # Prints the medians (min-max) and the ratios the issue's targets are about.
 #   --optimize     the same run with precompute --optimize (freeze + optimize_for_inference): its
 #                  encoder-only, encoder_seconds and wall, and the difference from the plain
@@ -36,22 +40,22 @@ B=$BUILD/bench/bench_precompute
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" 2>/dev/null >"$WORK/models.jsonl"
 mapfile -t MODELS < <($PY -c 'import json,sys
-for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"])' "$WORK/models.jsonl")
+for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"], j["size"])' "$WORK/models.jsonl")
 
 echo "$(nproc) cores; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do
-    read -r name enc data <<<"$m"
+    read -r name enc data size <<<"$m"
     sync
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-      --threads 2 --scale 0.00392157 --plain-write-mb 16 ${EXTRA:-} >"$WORK/$name-run-$round.json"
+      --threads 2 --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"
     rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     if ((OPTIMIZE)); then
       "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-        --threads 2 --scale 0.00392157 --plain-write-mb 16 --optimize ${EXTRA:-} >"$WORK/$name-opt-$round.json"
+        --threads 2 --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --optimize ${EXTRA:-} >"$WORK/$name-opt-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
-    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode both --out "$WORK/py-$name.h5" \
+    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode both --warm-up --out "$WORK/py-$name.h5" \
       >"$WORK/$name-py-$round.json"
     rm -f "$WORK/py-$name.h5"
   done
