@@ -584,6 +584,23 @@ class Trainer {
     return any_active;
   }
 
+  // The next `limit` batches of the train feed (fewer at the end of the pass) and their schedule
+  // factors; false when the pass has none left.
+  bool next_window(const TrainGroup& group, std::size_t limit, std::vector<FeedBatch>& window,
+                   std::vector<double>& factors) {
+    window.clear();
+    factors.clear();
+    while (window.size() < limit) {
+      auto batch = train_feed->next();
+      if (!batch) break;
+      if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
+      factors.push_back(schedule_factor(plan.schedule, group.step + std::int64_t(window.size()), group.total_steps,
+                                        group.warmup_steps));
+      window.push_back(std::move(*batch));
+    }
+    return !window.empty();
+  }
+
   // One epoch of one train group: its fraction's rows in its seed's order, every active bank of
   // the group a step per batch. Returns the rows seen; adds each bank's loss x rows to loss_sum.
   template <typename Tick>
@@ -616,21 +633,7 @@ class Trainer {
       bank.optimizer->zero_grad();
       loss_sum[live[k]].add_(losses.detach().to(at::kDouble) * double(batch.ids.size(0)));
     };
-    bool more = true;
-    while (more) {
-      window.clear();
-      factors.clear();
-      while (window.size() < window_batches) {
-        auto batch = train_feed->next();
-        if (!batch) {
-          more = false;
-          break;
-        }
-        if (stop_requested()) throw Interrupted("train-probe interrupted; no results written");
-        factors.push_back(schedule_factor(plan.schedule, group.step + std::int64_t(window.size()), group.total_steps,
-                                          group.warmup_steps));
-        window.push_back(std::move(*batch));
-      }
+    while (next_window(group, window_batches, window, factors)) {
       if (side_by_side) {
         lanes_->run_chains(live.size(), window.size(), step);
       } else {
