@@ -1,9 +1,8 @@
 // Benchmark for `precompute`: one run through the real pipeline (the same code as the CLI),
 // the same batches through a freshly loaded copy of the encoder alone (no I/O, warm-up
 // included as in the run; --warm-up-input pays the process's one-time costs before both), and
-// plain HDF5 write speed measured in the same process as the
-// yardstick. Prints one JSON object; scripts/bench_precompute.sh
-// drives it. Not a test: it asserts nothing.
+// plain HDF5 write speed measured in the same process as the yardstick. Prints one JSON
+// object; scripts/bench_precompute.sh drives it. Not a test: it asserts nothing.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>

@@ -55,7 +55,7 @@ struct BankLanes::Impl {
   }
 
   // The chain a free lane takes: not running, steps left, fewest started (then lowest index).
-  // chains() when none is free; `waiting` says whether one has steps left but is running.
+  // started.size() when none is free; `waiting` says whether one has steps left but is running.
   std::size_t pick_chain(std::size_t steps, bool& waiting) const {
     std::size_t best = started.size();
     waiting = false;
