@@ -36,7 +36,7 @@ TEST_CASE("bank lanes: every step of every chain runs once, a chain's steps in o
 
 TEST_CASE("bank lanes: a chain goes on to its next step while another chain's step still runs") {
   // Chain 0's first step waits for chain 1's second step to start: with a barrier after each
-  // step (run() once per step) that never happens and the wait times out.
+  // step that never happens and the wait times out.
   BankLanes lanes(2, 1);
   std::mutex mutex;
   std::condition_variable cv;

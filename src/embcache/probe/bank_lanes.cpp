@@ -4,7 +4,6 @@
 #include <omp.h>
 
 #include <algorithm>
-#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -25,34 +24,16 @@ struct BankLanes::Impl {
   std::vector<std::thread> helpers;
   std::mutex mutex;
   std::condition_variable wake, finished;
-  std::uint64_t generation = 0;  // one per run(); helpers join each once
+  std::uint64_t generation = 0;  // one per run_chains(); helpers join each once
   bool closing = false;
   std::function<void()> job;  // what every lane runs in this generation
   std::size_t helpers_busy = 0;
   std::exception_ptr error;
-  // run(): the next index to take.
-  std::atomic<std::size_t> next{0};
   // run_chains(): per chain, the steps started and whether one is running; chain_free wakes a
   // lane waiting for a chain that another lane holds.
   std::vector<std::size_t> started;
   std::vector<bool> running;
   std::condition_variable chain_free;
-
-  void record(std::exception_ptr e) {
-    std::lock_guard<std::mutex> lock(mutex);
-    if (!error) error = e;
-  }
-
-  // Takes indices until none is left.
-  void drain(std::size_t count, const std::function<void(std::size_t)>& work) {
-    for (std::size_t i = next.fetch_add(1); i < count; i = next.fetch_add(1)) {
-      try {
-        work(i);
-      } catch (...) {
-        record(std::current_exception());
-      }
-    }
-  }
 
   // The chain a free lane takes: not running, steps left, fewest started (then lowest index).
   // started.size() when none is free; `waiting` says whether one has steps left but is running.
@@ -150,12 +131,6 @@ BankLanes::~BankLanes() {
 }
 
 std::size_t BankLanes::lanes() const { return impl_->lanes; }
-
-void BankLanes::run(std::size_t n, const std::function<void(std::size_t)>& work) {
-  Impl& s = *impl_;
-  s.next = 0;
-  s.run_everywhere([&s, n, &work] { s.drain(n, work); });
-}
 
 void BankLanes::run_chains(std::size_t chains, std::size_t steps,
                            const std::function<void(std::size_t, std::size_t)>& work) {

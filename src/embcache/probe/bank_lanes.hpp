@@ -31,9 +31,6 @@ class BankLanes {
   BankLanes& operator=(const BankLanes&) = delete;
 
   std::size_t lanes() const;
-  // Runs work(0), ..., work(n - 1) spread over the lanes and returns when all are done. The
-  // first exception a call throws is rethrown here, after the others finished.
-  void run(std::size_t n, const std::function<void(std::size_t)>& work);
   // Runs work(c, s) for `chains` chains of `steps` steps: a chain's steps one after another (a
   // bank's optimizer steps over a window of batches), the chains side by side with no barrier
   // between steps. A free lane takes the step of the waiting chain with the fewest steps done, so
