@@ -53,7 +53,8 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
 std::pair<double, double> encoder_only_seconds(const embcache::PrecomputePlan& plan,
                                                const embcache::PrecomputeSummary& run) {
   const embcache::EncoderAllocatorScope allocator;  // as inside the run: the comparison must be fair
-  embcache::Encoder alone(plan.encoder, plan.device, plan.amp, plan.optimize);
+  embcache::Encoder alone(plan.encoder, plan.device, plan.amp,
+                          run.encoder_optimized ? embcache::Optimization::kRequired : embcache::Optimization::kNone);
   at::set_num_threads(plan.threads);
   std::vector<std::int64_t> shape{run.batch_size};
   shape.insert(shape.end(), run.input_shape.begin(), run.input_shape.end());
@@ -78,7 +79,7 @@ std::pair<double, double> encoder_only_seconds(const embcache::PrecomputePlan& p
 // does not.
 void warm_up_process(const embcache::PrecomputePlan& plan, const std::vector<std::int64_t>& input) {
   const embcache::EncoderAllocatorScope allocator;
-  embcache::Encoder throwaway(plan.encoder, plan.device, plan.amp, plan.optimize);
+  embcache::Encoder throwaway(plan.encoder, plan.device, plan.amp, embcache::encoder_optimization(plan));
   at::set_num_threads(plan.threads);
   std::vector<std::int64_t> shape{plan.max_batch()};
   shape.insert(shape.end(), input.begin(), input.end());
@@ -109,6 +110,7 @@ int main(int argc, char** argv) {
   app.add_option("--threads", options.threads);
   app.add_flag("--drop-behind", options.drop_behind);
   app.add_flag("--optimize", options.optimize);
+  app.add_flag("--no-optimize", options.no_optimize);
   std::vector<std::int64_t> warm_up_input;
   app.add_option("--warm-up-input", warm_up_input,
                  "C,H,W: pay the process's one-time costs with a throwaway copy of the encoder first")
@@ -133,7 +135,7 @@ int main(int argc, char** argv) {
     const embcache::PrecomputeSummary summary = embcache::run_precompute(plan, hooks);
     if (summary.crops_computed == 0) throw embcache::InputError("the run encoded nothing; nothing to compare");
     nlohmann::json j = summary.to_json();
-    if (plan.optimize) {  // what the run measured: max |optimised - plain| / max |plain| per output
+    if (summary.encoder_optimized) {  // what the run measured: max |optimised - plain| / max |plain| per output
       j["optimize_difference"] = embcache::CacheReader(options.out).signature()["computed_with"]["optimize_difference"];
     }
     const auto [alone, first_calls] = encoder_only_seconds(plan, summary);

@@ -51,15 +51,18 @@ for levels, lr in [("0", "0.001"), ("0", "0.01"), ("1+2", "0.001"), ("1+2", "0.0
 print("ok: the 4 run ids of the golden study are unchanged")
 PY
 
-# 2. A cache's signature, as the CLI made it before.
+# 2. A cache's signature, as the CLI made it before; and, since a new cache's encoder is optimised
+#    by default, the same plus the one compared field that says so.
 mkdir data
 "$PYTHON" "$DEMO_DATA_PY" data --train 60 --val 20 --test 20 >/dev/null
-"$EMBCACHE" precompute --encoder data/demo_encoder.pt --dataset data/fashion_mnist.h5 --out cli.h5 --scale 0.0001 \
-  --mean 1370.19151926 --std 2.5 --crop-size 20 --overlap 2 --quiet >/dev/null
-"$EMBCACHE" inspect cli.h5 --json >cli.json
-"$PYTHON" - "$WORK" cli.json <<'PY' || fail "the cache signature changed: existing caches would be refused"
+for cache in cli cli-plain; do
+  "$EMBCACHE" precompute --encoder data/demo_encoder.pt --dataset data/fashion_mnist.h5 --out $cache.h5 --scale 0.0001 \
+    --mean 1370.19151926 --std 2.5 --crop-size 20 --overlap 2 --quiet $([[ $cache == cli-plain ]] && echo --no-optimize) >/dev/null
+  "$EMBCACHE" inspect $cache.h5 --json >$cache.json
+done
+"$PYTHON" - "$WORK" cli-plain.json cli.json <<'PY' || fail "the cache signature changed: existing caches would be refused"
 import hashlib, json, sys
-d, got = sys.argv[1], json.load(open(sys.argv[2]))["signature"]
+d, plain, default = sys.argv[1], json.load(open(sys.argv[2]))["signature"], json.load(open(sys.argv[3]))["signature"]
 want = {"bands": [], "crop_size": [20, 20], "dataset_path": d + "/data/fashion_mnist.h5", "dtype": "float32",
         "embcache_version": "0.1.0", "encoder_path": d + "/data/demo_encoder.pt",
         "encoder_sha256": hashlib.sha256(open(d + "/data/demo_encoder.pt", "rb").read()).hexdigest(), "format": 1,
@@ -67,10 +70,14 @@ want = {"bands": [], "crop_size": [20, 20], "dataset_path": d + "/data/fashion_m
         "pad_value": 0.0, "preprocessing": {"mean": [1370.19151926], "scale": 0.0001, "std": [2.5]}}
 # computed_with (where and how the rows were computed) is informational, like embcache_version:
 # it never decides whether a cache may be extended, so caches without it stay extendable.
-computed = got.pop("computed_with")
+computed = plain.pop("computed_with")
 assert set(computed) == {"device", "torch", "amp", "shard"} and computed["shard"] == "0/1", computed
-assert got == want, (got, want)
-print("ok: the signature of a CLI cache is unchanged and keeps every digit of --mean")
+assert plain == want, (plain, want)
+computed = default.pop("computed_with")
+assert set(computed) == {"device", "torch", "amp", "shard", "optimize_difference"}, computed
+assert max(computed["optimize_difference"].values()) < 1e-5, computed
+assert default == dict(want, encoder_optimization="freeze+optimize_for_inference"), (default, want)
+print("ok: the signature of a CLI cache is unchanged and keeps every digit of --mean; the default adds encoder_optimization")
 PY
 
 # 3. The same options from a study: the study finds the CLI's cache complete and computes nothing.
@@ -92,7 +99,7 @@ echo "ok: a study with the CLI's options (mean 1370.19151926) reuses the CLI's c
 
 # 4. A cache written by the build before format 2 (tests/data/format1, made by 18fb7f3) reads,
 #    trains and extends: the rerun computes only the two new windows and writes only them, as a
-#    second part. CACHE.h5 becomes a view (format 3) whose first part is the old file itself, still
+#    second part, with the plain encoder it was made with (the default optimises new caches only). CACHE.h5 becomes a view (format 3) whose first part is the old file itself, still
 #    format 1; the signature is the old one but for informational fields. `embcache compact` makes
 #    it one format 1 file again, for builds that read only formats 1 and 2.
 : "${TEST_DATA:?run through ctest}"

@@ -115,6 +115,6 @@ pre data.h5 conv_bn.pt bn_opt.h5 --crop-size 16 --optimize
 fx compare bn_opt.h5 data.h5 "$ENC/conv_bn.pt" --crop-size 16 --batch-size 64 --tolerance 1e-5 ||
   fail "--optimize: Conv-BN levels differ from the plain encoder's in Python"
 "$EMBCACHE" inspect bn_opt.h5 >inspect.txt
-grep -Eq "computed with: cpu, torch .*, amp none, --optimize \(outputs within ([0-9.]+e-(0[6-9]|[1-9][0-9])|0\.0e\+00) of the plain encoder's, relative\)" inspect.txt ||
+grep -Eq "computed with: cpu, torch .*, amp none, optimised \(outputs within ([0-9.]+e-(0[6-9]|[1-9][0-9])|0\.0e\+00) of the plain encoder's, relative\)" inspect.txt ||
   fail "inspect does not show --optimize: $(cat inspect.txt)"
 echo "ok: token, channels-last and temporal levels; --optimize within 1e-5"

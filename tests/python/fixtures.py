@@ -170,6 +170,35 @@ class ShapeChanges(nn.Module):
         return x.mean(dim=(2, 3)).repeat(1, 1 + self.calls % 2)
 
 
+@torch.jit.interface
+class BranchInterface(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        pass
+
+
+class MeanBranch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.mean(dim=(2, 3))
+
+
+class MaxBranch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.amax(dim=(2, 3))
+
+
+class Unfreezable(nn.Module):
+    """Picks a branch by an index known at run time (prim::ModuleContainerIndex), which
+    torch.jit.freeze refuses: precompute's default then runs it as loaded."""
+
+    def __init__(self):
+        super().__init__()
+        self.branches = nn.ModuleList([MeanBranch(), MaxBranch()])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        branch: BranchInterface = self.branches[int(x.size(0)) % 1]
+        return branch.forward(x)
+
+
 class ProbeBackbone(nn.Module):
     """scripts/bench_probe.sh: a small CNN from 3x96x96 images to levels 96x6x6 and 1280x3x3."""
 
@@ -351,7 +380,7 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
         f.write(("scaled_dot_product_attention" if HAS_SDPA else "eager") + f" torch {torch.__version__}\n")
     for name, module in [("bad_rank", BadRank()), ("bad_tokens", BadTokens()), ("ambiguous_tokens", AmbiguousTokens()), ("bad_rank6", BadRank6()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
                          ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges()),
-                         ("bad_key", BadKey())]:
+                         ("bad_key", BadKey()), ("unfreezable", Unfreezable())]:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))
     with open(os.path.join(out_dir, "not_torchscript.pt"), "wb") as f:
         f.write(b"this is not a torchscript archive")

@@ -385,6 +385,7 @@ TEST_CASE("--optimize folds batch norms: features within 1e-5 of the plain encod
   const std::string plain_cache = s.dir.file("plain.h5");
   PrecomputeOptions plain = s.options("conv_bn.pt");
   plain.out = plain_cache;
+  plain.no_optimize = true;
   precompute(plain);
   PrecomputeOptions optimized = s.options("conv_bn.pt");
   optimized.optimize = true;
@@ -416,14 +417,75 @@ TEST_CASE("--optimize folds batch norms: features within 1e-5 of the plain encod
   }
 
   // Extending either cache with the other setting is refused in one line, the cache untouched.
+  plain.no_optimize = false;
   plain.optimize = true;
   const std::string message = error_of<InputError>(plain);
   CHECK(contains(message, "encoder_optimization"));
   CHECK(message.find('\n') == std::string::npos);
   REQUIRE_FALSE(CacheReader(plain_cache).signature().contains("encoder_optimization"));
   optimized.optimize = false;
+  optimized.no_optimize = true;
   CHECK(contains(error_of<InputError>(optimized), "encoder_optimization"));
   REQUIRE(CacheReader(s.cache).rows() == a.rows());
+}
+
+TEST_CASE("by default a new cache's encoder is optimised, and rows already there keep their numerics") {
+  Setup s;
+  PrecomputeOptions o = s.options("conv_bn.pt");
+  CHECK(encoder_optimization(plan_precompute(o)) == Optimization::kIfPossible);
+  PrecomputeSummary summary;
+  count_calls(o, &summary);
+  CHECK(summary.encoder_optimized);
+  CHECK(CacheReader(s.cache).signature()["encoder_optimization"] == kEncoderOptimization);
+  CHECK(encoder_optimization(plan_precompute(o)) == Optimization::kRequired);
+
+  // A plain cache, as every cache made before optimisation was the default: a run at the
+  // default extends it plainly and leaves its signature as it was.
+  const std::string plain_cache = s.dir.file("plain.h5");
+  PrecomputeOptions plain = s.options("conv_bn.pt");
+  plain.out = plain_cache;
+  plain.no_optimize = true;
+  precompute(plain);
+  CacheReader full(plain_cache);
+  const Signature before = full.signature();
+  const StoreArgs args(full);
+  const RowBatch first_rows = full.read_rows(0, 10);
+  fs::remove(plain_cache);
+  {
+    auto store = args.open(plain_cache);  // a plain run killed after committing 10 rows
+    store->set_levels(args.levels);
+    store->append(first_rows);
+    store->commit();
+  }
+  plain.no_optimize = false;
+  CHECK(encoder_optimization(plan_precompute(plain)) == Optimization::kNone);  // from its commit records
+  count_calls(plain, &summary);
+  CHECK_FALSE(summary.encoder_optimized);
+  CHECK(summary.crops_computed == 14);
+  CHECK(signature_differences(before, CacheReader(plain_cache).signature()).empty());
+  CHECK(encoder_optimization(plan_precompute(plain)) == Optimization::kNone);  // from the cache
+  plain.overwrite = true;
+  CHECK(encoder_optimization(plan_precompute(plain)) == Optimization::kIfPossible);
+
+  PrecomputeOptions both = o;
+  both.optimize = both.no_optimize = true;
+  CHECK_THROWS_AS(plan_precompute(both), UsageError);
+}
+
+TEST_CASE("an encoder that cannot be frozen runs as loaded by default, and --optimize refuses it in one line") {
+  Setup s;
+  PrecomputeOptions o = s.options("unfreezable.pt");  // a module list indexed at run time: freeze refuses it
+  PrecomputeSummary summary;
+  count_calls(o, &summary);
+  CHECK_FALSE(summary.encoder_optimized);
+  CHECK_FALSE(CacheReader(s.cache).signature().contains("encoder_optimization"));
+  o.optimize = true;
+  o.overwrite = true;
+  const std::string message = error_of<InputError>(o);
+  CHECK(contains(message, "cannot be frozen"));
+  CHECK(contains(message, "--no-optimize"));
+  CHECK(message.find('\n') == std::string::npos);
+  CHECK(CacheReader(s.cache).rows() == 24);
 }
 
 TEST_CASE("levels are selected by index or dict key; unknown levels are refused before writing") {

@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -30,8 +31,8 @@ void setup_inspect(CLI::App& app) {
 
 namespace {
 
-// "cpu, torch 2.6.0, amp none", and under --optimize the largest difference from the plain
-// encoder that precompute measured (docs/precompute.md).
+// "cpu, torch 2.6.0, amp none", and for an optimised encoder the largest difference from the
+// plain encoder that precompute measured (docs/precompute.md).
 std::string describe_computed_with(const nlohmann::json& with) {
   if (!with.is_object()) return "provenance not recorded";
   std::string text = with.value("device", std::string("?")) + ", torch " + with.value("torch", std::string("?")) +
@@ -40,10 +41,13 @@ std::string describe_computed_with(const nlohmann::json& with) {
   if (difference != with.end()) {
     double largest = 0;
     if (difference->is_object()) {
-      for (const auto& [name, value] : difference->items()) largest = std::max(largest, value.get<double>());
+      // NaN and Inf (an encoder with non-finite outputs) are stored as JSON null.
+      for (const auto& [name, value] : difference->items()) {
+        largest = std::max(largest, value.is_number() ? value.get<double>() : INFINITY);
+      }
     }
     char buffer[96];
-    std::snprintf(buffer, sizeof buffer, ", --optimize (outputs within %.1e of the plain encoder's, relative)", largest);
+    std::snprintf(buffer, sizeof buffer, ", optimised (outputs within %.1e of the plain encoder's, relative)", largest);
     text += buffer;
   }
   return text;

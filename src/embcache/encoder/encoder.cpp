@@ -72,8 +72,8 @@ struct Encoder::Impl {
   std::optional<torch::jit::script::Module> plain;  // under --optimize, until the difference is measured
 };
 
-Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, bool optimize)
-    : impl_(std::make_unique<Impl>()), path_(path), device_(device), amp_(amp), optimized_(optimize) {
+Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimization optimization)
+    : impl_(std::make_unique<Impl>()), path_(path), device_(device), amp_(amp) {
   if (!std::filesystem::is_regular_file(path)) {
     throw InputError(path + (std::filesystem::is_directory(path) ? ": is a directory" : ": encoder file not found") +
                      "; pass a TorchScript file saved with torch.jit.save");
@@ -99,26 +99,33 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, bool opti
     throw InputError(describe_load_failure(path, failure, read_archive_facts(path), torch_version_running()));
   }
   impl_->module.eval();
-  if (optimize) optimize_module();
+  if (optimization == Optimization::kNone) return;
+  optimization_failure_ = optimize_module();
+  optimized_ = optimization_failure_.empty();
+  if (!optimized_ && optimization == Optimization::kRequired) {
+    throw InputError(path_ + ": cannot be frozen to optimise it (" + optimization_failure_ +
+                     "); run with --no-optimize (a cache made with an optimised encoder then needs another --out, "
+                     "or --overwrite)");
+  }
 }
 
-void Encoder::optimize_module() {
+std::string Encoder::optimize_module() {
   // freeze inlines the weights as constants and folds batch norms into the convolutions;
   // optimize_for_inference adds the backend's rewrites (oneDNN weight prepacking on CPU). Both
-  // return new modules; the plain one is kept to measure the difference.
+  // return new modules; the plain one is kept to measure the difference. On failure the module
+  // stays as loaded.
   std::string failure;
   try {
     torch::jit::script::Module frozen = torch::jit::freeze(impl_->module);
+    torch::jit::script::Module optimized = torch::jit::optimize_for_inference(frozen);
     impl_->plain = impl_->module;
-    impl_->module = torch::jit::optimize_for_inference(frozen);
+    impl_->module = optimized;
   } catch (const c10::Error& e) {
     failure = first_line(e.what_without_backtrace());
   } catch (const std::exception& e) {
     failure = first_line(e.what());
   }
-  if (!failure.empty()) {
-    throw InputError(path_ + ": --optimize could not freeze this encoder (" + failure + "); run without --optimize");
-  }
+  return failure;
 }
 
 OptimizationDifference Encoder::measure_optimization(const at::Tensor& sample) {

@@ -33,12 +33,19 @@ struct OptimizationDifference {
 // The name of what --optimize does, as the cache signature records it.
 inline constexpr const char* kEncoderOptimization = "freeze+optimize_for_inference";
 
+// What the loaded module becomes before it runs: frozen (weights inlined as constants, batch
+// norms folded into the convolutions before them) and optimised for inference (oneDNN weight
+// prepacking on CPU), or left as loaded.
+enum class Optimization {
+  kNone,        // as loaded
+  kRequired,    // optimised; InputError when the module cannot be frozen
+  kIfPossible,  // optimised when it can be frozen, else as loaded (optimization_failure() says why)
+};
+
 class Encoder {
  public:
-  // InputError when the file is missing or not TorchScript. `optimize`: torch::jit::freeze and
-  // optimize_for_inference (batch-norm folding, weight prepacking); InputError when the module
-  // cannot be frozen.
-  Encoder(const std::string& path, c10::Device device, Amp amp, bool optimize = false);
+  // InputError when the file is missing or not TorchScript, or (kRequired) cannot be frozen.
+  Encoder(const std::string& path, c10::Device device, Amp amp, Optimization optimization = Optimization::kNone);
   ~Encoder();
   Encoder(const Encoder&) = delete;
   Encoder& operator=(const Encoder&) = delete;
@@ -51,17 +58,21 @@ class Encoder {
   // measures their difference; the plain module is then released. Call once, before forward.
   OptimizationDifference measure_optimization(const at::Tensor& sample);
   bool optimized() const { return optimized_; }
+  // kIfPossible only: why the module was left as loaded ("" when it was optimised).
+  const std::string& optimization_failure() const { return optimization_failure_; }
   c10::Device device() const { return device_; }
   const std::string& path() const { return path_; }
 
  private:
-  void optimize_module();
+  // "" when the module was frozen and optimised, else the first line of freeze's error.
+  std::string optimize_module();
   struct Impl;
   std::unique_ptr<Impl> impl_;
   std::string path_;
   c10::Device device_;
   Amp amp_;
   bool optimized_ = false;
+  std::string optimization_failure_;
 };
 
 }  // namespace embcache

@@ -96,8 +96,12 @@ void run_serial(Stages& s, RunContext& context) {
 // are hundreds of MB) and the cache's signature. A load error is reported before a hash error.
 std::unique_ptr<Encoder> load_encoder(const PrecomputePlan& plan, std::string* sha256) {
   std::future<std::string> hash = std::async(std::launch::async, sha256_file_hex, plan.encoder);
-  auto encoder = std::make_unique<Encoder>(plan.encoder, plan.device, plan.amp, plan.optimize);
+  auto encoder = std::make_unique<Encoder>(plan.encoder, plan.device, plan.amp, encoder_optimization(plan));
   *sha256 = hash.get();
+  if (!encoder->optimization_failure().empty() && !plan.quiet) {
+    std::fprintf(stderr, "embcache: note: %s cannot be frozen (%s); it runs as loaded (--no-optimize silences this)\n",
+                 plan.encoder.c_str(), encoder->optimization_failure().c_str());
+  }
   return encoder;
 }
 
@@ -162,8 +166,11 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   std::string encoder_sha256;
   const std::unique_ptr<Encoder> encoder = load_encoder(plan, &encoder_sha256);
   const nlohmann::json optimize_difference =
-      plan.optimize ? measure_optimization(*encoder, plan, *source, channels) : nlohmann::json(nullptr);
-  CacheStore store(plan.out, precompute_signature(plan, encoder_sha256, labels, source->signature_fields(), optimize_difference), labels,
+      encoder->optimized() ? measure_optimization(*encoder, plan, *source, channels) : nlohmann::json(nullptr);
+  CacheStore store(plan.out,
+                   precompute_signature(plan, encoder_sha256, labels, source->signature_fields(), encoder->optimized(),
+                                        optimize_difference),
+                   labels,
                    plan.storage, plan.policy, plan.overwrite, plan.shard.text());
   if (!plan.quiet && store.cache_exists() && plan.storage.compression.kind != Compression::Kind::kNone &&
       store.storage().compression.to_string() != plan.storage.compression.to_string()) {
@@ -189,6 +196,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   for (const auto& [why, n] : source->skipped()) summary.windows_skipped[why] = n;
   for (const auto& w : windows) summary.crops_total += std::int64_t(crop_grid(w.bounds, plan.grid).size());
   summary.device = plan.device.str();
+  summary.encoder_optimized = encoder->optimized();
   store.expect_rows(summary.crops_total);
 
   Queues queues(std::size_t(plan.max_batch()), !hooks.serial);
@@ -197,7 +205,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   // The serial executor runs in the caller's thread, whose scheduling it must not change.
   StagePriority priority(hooks.serial ? StageScheduling::kNormal : plan.stage_scheduling);
   Progress progress("precompute", summary.crops_total, plan.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
-  PrepStage::Settings prep{plan.grid, plan.cropper, plan.preprocess, labels, plan.allow_nonfinite};
+  PrepStage::Settings prep{plan.grid, plan.cropper, plan.preprocess, labels, plan.allow_nonfinite, encoder->optimized()};
   prep.cropper.mask_pad_value = labels.ignore_index;
   EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.layout, plan.storage.dtype,
                                hooks.on_encoder_call};

@@ -64,9 +64,13 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("device", "auto, cpu, cuda or cuda:N", &O::device);
     t.add("threads", "Intra-op threads for the encoder (0 = one per core)", &O::threads);
     t.add("amp", "Autocast on CUDA: none, fp16 or bf16", &O::amp);
-    t.add("optimize", "Freeze the encoder and optimise it for inference (batch-norm folding, weight prepacking): "
-          "features differ from the plain encoder's in the last bits, so the cache records it and refuses to mix the two",
-          &O::optimize).identity_when_set = true;
+    t.add("optimize", "Always freeze the encoder and optimise it for inference (batch-norm folding, weight "
+          "prepacking); fail if it cannot be frozen. Without --optimize or --no-optimize, a new cache's encoder is "
+          "optimised when it can be frozen and an existing cache keeps what it was made with. Features differ from the "
+          "plain encoder's in the last bits, so the cache records it and refuses to mix the two", &O::optimize)
+        .identity_when_set = true;
+    t.add("no-optimize", "Never optimise the encoder: the plain module's features, as caches made before "
+          "optimisation was the default have them", &O::no_optimize).identity_when_set = true;
     t.add("dtype", "Storage dtype: float32, float16, bfloat16 or int8 (quantised, with scales)", &O::dtype);
     t.add("compression", "none, gzip[:LEVEL], lz4 or blosc-zstd", &O::compression);
     t.add("shard", "Process shard I of N of the windows (I/N, from 0), or slurm (from SLURM_ARRAY_TASK_ID, _MIN and "

@@ -33,7 +33,10 @@ struct PrecomputeOptions {
   std::string device = "auto";
   int threads = 0;  // 0 = one per core
   std::string amp = "none";
-  bool optimize = false;  // torch::jit::freeze + optimize_for_inference (docs/precompute.md)
+  // The encoder frozen and optimised for inference (docs/precompute.md): --optimize always,
+  // --no-optimize never; neither (auto) for new caches when the encoder can be frozen.
+  bool optimize = false;
+  bool no_optimize = false;
   std::string dtype = "float32";
   std::string compression = "none";
   bool overwrite = false;

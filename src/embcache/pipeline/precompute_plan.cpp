@@ -90,7 +90,8 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
     if (*plan.batch_size <= 0) throw UsageError(OptionName{"batch-size"}, "must be a positive number or auto");
   }
   plan.amp = parse_amp(o.amp);
-  plan.optimize = o.optimize;
+  if (o.optimize && o.no_optimize) throw UsageError(OptionName{"no-optimize"}, "contradicts --optimize; give one of the two");
+  plan.optimize = o.optimize ? OptimizeChoice::kAlways : o.no_optimize ? OptimizeChoice::kNever : OptimizeChoice::kAuto;
   plan.shard = parse_shard(o.shard);
   plan.only_new_windows = o.only_new_windows;
   plan.device = resolve_device(o.device);
@@ -220,7 +221,7 @@ std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource&
 
 nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::string& encoder_sha256,
                                     const LabelKinds& labels, const nlohmann::json& source_fields,
-                                    const nlohmann::json& optimize_difference) {
+                                    bool optimized, const nlohmann::json& optimize_difference) {
   nlohmann::json signature;
   signature["format"] = kSignatureFormat;
   signature["encoder_sha256"] = encoder_sha256;
@@ -248,16 +249,34 @@ nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::strin
   }
   // Compared, and only when set: optimised and plain features never mix in one cache, and the
   // signatures of caches made before --optimize existed stay as they were.
-  if (plan.optimize) signature["encoder_optimization"] = kEncoderOptimization;
+  if (optimized) signature["encoder_optimization"] = kEncoderOptimization;
   signature["embcache_version"] = EMBCACHE_VERSION;
   // Informational: where and how these rows were computed. A cache of parts keeps each part's
   // (inspect lists them), and refuses parts whose amp differs (store/cache_parts.hpp).
   static const char* const kAmpNames[] = {"none", "fp16", "bf16"};
   signature["computed_with"] = {{"device", plan.device.str()}, {"torch", torch_version_running()},
                                 {"amp", kAmpNames[int(plan.amp)]}, {"shard", plan.shard.text()}};
-  if (plan.optimize) signature["computed_with"]["optimize_difference"] = optimize_difference;
+  if (optimized) signature["computed_with"]["optimize_difference"] = optimize_difference;
   for (const auto& [k, v] : source_fields.items()) signature[k] = v;
   return signature;
+}
+
+Optimization encoder_optimization(const PrecomputePlan& plan) {
+  switch (plan.optimize) {
+    case OptimizeChoice::kAlways:
+      return Optimization::kRequired;
+    case OptimizeChoice::kNever:
+      return Optimization::kNone;
+    case OptimizeChoice::kAuto:
+      break;
+  }
+  // A new cache: optimised, unless NaN/Inf features are to be stored as the encoder makes them
+  // (an optimised encoder's fused activations turn NaN into numbers).
+  const Optimization fresh = plan.allow_nonfinite ? Optimization::kNone : Optimization::kIfPossible;
+  if (plan.overwrite) return fresh;
+  const std::optional<Signature> existing = signature_of_existing_rows(plan.out, plan.shard.text());
+  if (!existing) return fresh;
+  return existing->contains("encoder_optimization") ? Optimization::kRequired : Optimization::kNone;
 }
 
 PrecomputeEstimate estimate_precompute(const PrecomputePlan& plan) {

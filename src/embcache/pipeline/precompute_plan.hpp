@@ -32,6 +32,8 @@ class WindowSource;
 
 enum class DatasetFormat { kArray, kRslearn };
 
+enum class OptimizeChoice { kAuto, kAlways, kNever };
+
 struct PrecomputePlan {
   std::string encoder, dataset, out;  // paths as given
   std::string summary_json;           // "" = none; its directory exists
@@ -43,7 +45,9 @@ struct PrecomputePlan {
   std::optional<std::int64_t> batch_size;  // nullopt: --batch-size auto
   c10::Device device{c10::kCPU};
   Amp amp = Amp::kNone;
-  bool optimize = false;              // --optimize: the encoder frozen and optimised for inference
+  // --optimize (kAlways), --no-optimize (kNever), or neither (kAuto): whether the encoder is
+  // frozen and optimised for inference (resolved per run by encoder_optimization).
+  OptimizeChoice optimize = OptimizeChoice::kAuto;
   int threads = 1;                    // the encoder's intra-op threads (0 resolved to the cores)
   StorageOptions storage;
   std::vector<std::string> level_request;  // empty = every level
@@ -73,10 +77,17 @@ std::int64_t check_window_source(const PrecomputePlan& plan, const WindowSource&
 
 // The signature a cache made by this plan carries (docs/cache-format.md): what decides whether
 // an existing cache may be extended.
-// `optimize_difference`: under --optimize, {output name: max |optimised - plain| / max |plain|}.
+// `optimized`: the run's encoder was frozen and optimised; `optimize_difference` then holds
+// {output name: max |optimised - plain| / max |plain|} (null when nothing was measured).
 nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::string& encoder_sha256,
                                     const LabelKinds& labels, const nlohmann::json& source_fields,
-                                    const nlohmann::json& optimize_difference = nullptr);
+                                    bool optimized = false, const nlohmann::json& optimize_difference = nullptr);
+
+// How this run's encoder is optimised. kAlways and kNever as asked. kAuto: like the rows already
+// in the cache (or committed by an interrupted run of this shard), so an existing cache is
+// extended with the numerics it was made with; a new cache (or --overwrite) gets an optimised
+// encoder when the module can be frozen, except under --allow-nonfinite.
+Optimization encoder_optimization(const PrecomputePlan& plan);
 
 // What a precompute would produce, for `embcache run --dry-run`: the crop count of the dataset's
 // grid and the feature bytes per crop (the encoder run once on zeros, on the CPU).

@@ -11,6 +11,7 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["windows"] = windows;
   j["windows_skipped"] = windows_skipped;
   j["stage_priority"] = stage_priority;
+  j["encoder_optimized"] = encoder_optimized;
   j["crops_total"] = crops_total;
   j["crops_computed"] = crops_computed;
   j["crops_skipped"] = crops_skipped;

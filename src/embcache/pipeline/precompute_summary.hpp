@@ -33,6 +33,7 @@ struct PrecomputeSummary {
   std::string device;
   int threads = 0;             // the encoder's intra-op threads
   std::string stage_priority;  // how the non-encoder stages ran: idle or normal
+  bool encoder_optimized = false;  // frozen and optimised for inference (--optimize, or auto)
   // Busy time per stage: wall seconds (`stage_seconds`, preemption included) and the stage
   // thread's CPU seconds (`stage_cpu_seconds`).
   StageTime read_time, prep_time, convert_time, write_time;

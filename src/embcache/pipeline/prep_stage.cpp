@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include "embcache/core/error.hpp"
 #include "embcache/core/pixel_hash.hpp"
 
 namespace embcache {
@@ -49,6 +50,11 @@ bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
     // float pixels can hold NaN/Inf, so integer datasets skip the pass.
     if (!settings_.allow_nonfinite && crop.pixels.is_floating_point()) {
       item.input_nonfinite = !at::isfinite(item.input).all().item<bool>();
+      if (item.input_nonfinite && settings_.refuse_nonfinite_input) {
+        throw InputError("crop " + item.key.describe() + " has NaN/Inf input pixels (after preprocessing), which the "
+                         "optimised encoder would turn into finite features; fill them in the dataset (for rslearn "
+                         "rasters, declare the nodata value), or pass --no-optimize to see what the encoder makes of them");
+      }
     }
     item.label_class = raw.data.label_class;
     item.label_value = raw.data.label_value;

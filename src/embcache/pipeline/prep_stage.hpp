@@ -30,6 +30,9 @@ class PrepStage {
     Preprocess preprocess;
     LabelKinds labels;
     bool allow_nonfinite = false;
+    // An optimised encoder's fused activations turn NaN into numbers (oneDNN's ReLU maps it to
+    // 0), so the features would not show it: NaN/Inf input pixels are refused here instead.
+    bool refuse_nonfinite_input = false;
   };
   // `committed`: the cache's rows, map_key -> content hash.
   PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,

@@ -102,6 +102,22 @@ std::string run_dir_of(const std::string& cache_path, const std::string& shard) 
   return cache_path + ".runs/" + run_folder_name(shard);
 }
 
+std::optional<Signature> signature_of_existing_rows(const std::string& cache_path, const std::string& shard) {
+  if (fs::exists(cache_path)) {
+    refuse_non_cache(cache_path);
+    return CacheReader(cache_path, CacheReader::MissingParts::kSkip).signature();
+  }
+  std::vector<std::string> dirs{run_dir_of(cache_path, shard)};
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(cache_path + ".runs", ec)) dirs.push_back(entry.path().string());
+  dirs.push_back(cache_path + ".segments");
+  for (const auto& dir : dirs) {
+    const std::vector<std::string> records = commit_records_in(dir, /*remove_partial=*/false);
+    if (!records.empty()) return CacheFileReader(records.front()).signature();
+  }
+  return std::nullopt;
+}
+
 std::vector<RunState> run_states(const std::string& cache_path) {
   std::vector<RunState> states;
   std::error_code ec;

@@ -58,6 +58,9 @@ std::string run_dir_of(const std::string& cache_path, const std::string& shard);
 // builds): rows an interrupted run committed that CACHE is still without (the next run of that
 // shard installs them), or runs at work.
 std::int64_t pending_commit_records(const std::string& cache_path);
+// The signature of the rows the cache already has: the cache's, else that of the commit records
+// of an interrupted or running run (this shard's first); nullopt when there are none.
+std::optional<Signature> signature_of_existing_rows(const std::string& cache_path, const std::string& shard);
 // Runs into the cache: per shard folder, whether a live process holds it and its commit records.
 struct RunState {
   std::string shard;  // "0/1", "2/4", or "legacy" (CACHE.h5.segments of an older build)
