@@ -69,7 +69,7 @@ std::string torch_version_running() {
 
 struct Encoder::Impl {
   torch::jit::script::Module module;
-  std::optional<torch::jit::script::Module> plain;  // under --optimize, until the difference is measured
+  std::optional<torch::jit::script::Module> plain;  // once optimised, until the difference is measured
 };
 
 Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimization optimization)

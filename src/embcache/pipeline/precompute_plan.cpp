@@ -248,7 +248,7 @@ nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::strin
     signature["level_layout"] = layout;
   }
   // Compared, and only when set: optimised and plain features never mix in one cache, and the
-  // signatures of caches made before --optimize existed stay as they were.
+  // signatures of plain caches (all those made before optimisation was the default) stay as they were.
   if (optimized) signature["encoder_optimization"] = kEncoderOptimization;
   signature["embcache_version"] = EMBCACHE_VERSION;
   // Informational: where and how these rows were computed. A cache of parts keeps each part's
