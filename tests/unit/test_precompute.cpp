@@ -474,7 +474,7 @@ TEST_CASE("by default a new cache's encoder is optimised, and rows already there
 
 TEST_CASE("an encoder that cannot be frozen runs as loaded by default, and --optimize refuses it in one line") {
   Setup s;
-  PrecomputeOptions o = s.options("unfreezable.pt");  // a module list indexed at run time: freeze refuses it
+  PrecomputeOptions o = s.options("unfreezable.pt");  // two attributes share a tensor: freeze refuses it
   PrecomputeSummary summary;
   count_calls(o, &summary);
   CHECK_FALSE(summary.encoder_optimized);
