@@ -687,6 +687,63 @@ TEST_CASE("under auto, the stages decide light or heavy once, on the fastest sto
   CHECK(idle.decision() == "idle");
 }
 
+TEST_CASE("under auto, idle stages that keep the encoder waiting move to normal scheduling; idle stays") {
+  StagePriority heavy(StageScheduling::kAuto), fresh(StageScheduling::kAuto), idle(StageScheduling::kIdle);
+  for (int batch = 0; batch < 8; ++batch) {
+    heavy.observe(4e6, 0.5);  // 4 s of calls
+    idle.observe(4e6, 0.5);
+  }
+  REQUIRE(heavy.decision() == "idle");
+  heavy.encoder_waited(0.9);
+  CHECK(heavy.decision() == "idle");  // under a second
+  heavy.encoder_waited(0.3);
+  CHECK(heavy.decision() == "idle");  // 1.2 s, 23% of the time
+  heavy.encoder_waited(0.3);
+  CHECK(heavy.decision() == "normal (idle stages starved)");  // 1.5 s, 27%
+  // Starved, not light: the encoder's OpenMP spinning is not throttled.
+  CHECK_FALSE(heavy.wait_decided([] { return true; }));
+  fresh.encoder_waited(1.0);  // before any batch was stored
+  CHECK(fresh.decision() == "normal (idle stages starved)");
+  idle.encoder_waited(100);
+  CHECK(idle.decision() == "idle");
+}
+
+// Threads that spin at normal scheduling until destroyed: other work on a shared machine.
+class BusyThreads {
+ public:
+  explicit BusyThreads(unsigned n) {
+    for (unsigned i = 0; i < n; ++i) {
+      threads_.emplace_back([this] {
+        while (!stop_.load(std::memory_order_relaxed)) {
+        }
+      });
+    }
+  }
+  ~BusyThreads() {
+    stop_ = true;
+    for (auto& t : threads_) t.join();
+  }
+
+ private:
+  std::atomic<bool> stop_{false};
+  std::vector<std::thread> threads_;
+};
+
+TEST_CASE("with every core busy, a heavy encoder's idle stages move to normal scheduling and the run completes") {
+  Setup s(24);
+  PrecomputeOptions o = s.options("heavy.pt");
+  o.batch_size = "2";
+  PrecomputeSummary summary;
+  {
+    // A SCHED_IDLE stage gets ~0.3% of a core a normal thread wants: without the move, this run
+    // took minutes.
+    const BusyThreads busy(std::max(2u, std::thread::hardware_concurrency()) + 1);
+    summary = precompute(o);
+  }
+  CHECK(summary.stage_priority == "normal (idle stages starved)");
+  CHECK(summary.crops_computed == summary.crops_total);
+}
+
 TEST_CASE("the encoder's waits hold its OpenMP workers inside a region, run once on the caller, and pass errors on") {
   const auto caller = std::this_thread::get_id();
   int calls = 0, team = 0;

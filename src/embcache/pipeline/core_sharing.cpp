@@ -25,11 +25,12 @@ StageScheduling parse_stage_scheduling(const std::string& text) {
 }
 
 StagePriority::StagePriority(StageScheduling mode)
-    : state_(mode == StageScheduling::kNormal ? kNormal : mode == StageScheduling::kIdle ? kIdle : kUndecided) {}
+    : adaptive_(mode == StageScheduling::kAuto),
+      state_(mode == StageScheduling::kNormal ? kNormal : mode == StageScheduling::kIdle ? kIdle : kUndecided) {}
 
 void StagePriority::follow(bool& normal_now) const {
   const int s = state_.load(std::memory_order_relaxed);
-  const bool want_normal = s == kNormal;
+  const bool want_normal = normal(s);
   sched_param param{};
   // Leaving SCHED_IDLE may be refused without privileges (RLIMIT_NICE): then the stage stays idle.
   if (want_normal != normal_now) {
@@ -41,7 +42,7 @@ void StagePriority::follow(bool& normal_now) const {
   }
   if (normal_now) return;
   std::unique_lock<std::mutex> lock(gate_mutex_);
-  gate_open_.wait(lock, [&] { return !encoder_in_call_ || state_.load(std::memory_order_relaxed) == kNormal; });
+  gate_open_.wait(lock, [&] { return !encoder_in_call_ || normal(state_.load(std::memory_order_relaxed)); });
 }
 
 void StagePriority::encoder_call_begins() {
@@ -58,18 +59,38 @@ void StagePriority::encoder_call_ends() {
 }
 
 void StagePriority::observe(double feature_bytes, double seconds) {
+  encoder_seconds_ += seconds;
   if (state_.load(std::memory_order_relaxed) != kUndecided) return;
   fastest_rate_ = std::max(fastest_rate_, feature_bytes / std::max(seconds, 1e-9));
   if (++observed_ < kObservedBatches) return;
-  int undecided = kUndecided;
-  state_.compare_exchange_strong(undecided, fastest_rate_ >= kWriterBytesPerSecond ? kNormal : kIdle);
+  switch_to(fastest_rate_ >= kWriterBytesPerSecond ? kNormal : kIdle);
+}
+
+void StagePriority::encoder_waited(double seconds) {
+  waited_seconds_ += seconds;
+  if (!adaptive_ || normal(state_.load(std::memory_order_relaxed))) return;
+  if (waited_seconds_ >= kStarvedSeconds && waited_seconds_ >= kStarvedShare * (waited_seconds_ + encoder_seconds_)) {
+    switch_to(kStarved);
+  }
+}
+
+void StagePriority::switch_to(int state) {
+  state_.store(state);
   std::lock_guard<std::mutex> lock(gate_mutex_);  // stages waiting at the gate see the decision
   gate_open_.notify_all();
 }
 
 std::string StagePriority::decision() const {
-  const int s = state_.load();
-  return s == kNormal ? "normal" : s == kIdle ? "idle" : "idle (undecided)";
+  switch (state_.load()) {
+    case kNormal:
+      return "normal";
+    case kStarved:
+      return "normal (idle stages starved)";
+    case kIdle:
+      return "idle";
+    default:
+      return "idle (undecided)";
+  }
 }
 
 bool StagePriority::wait_decided(const std::function<bool()>& finished) const {

@@ -17,7 +17,9 @@ namespace embcache {
 // the first stored batches: an encoder that makes features faster than the writer can take them
 // is light, and then every stage moves to normal scheduling (the I/O thread is the bottleneck
 // and must not wait for gaps) and the encoder's OpenMP spinning is throttled. Other busy
-// processes can starve idle stages, hence "normal" for shared machines.
+// processes can starve idle stages (a SCHED_IDLE thread gets ~0.3% of a core that a normal thread
+// wants): under auto, once the encoder has spent kStarvedSeconds and kStarvedShare of its time
+// waiting for them, they move to normal scheduling for the rest of the run. "idle" never moves.
 enum class StageScheduling { kAuto, kIdle, kNormal };
 // "auto", "idle" or "normal" (--stage-priority); UsageError otherwise.
 StageScheduling parse_stage_scheduling(const std::string& text);
@@ -41,20 +43,34 @@ class StagePriority {
   // auto, decided once after kObservedBatches, on the fastest of them (the first calls of a
   // TorchScript module are slow while its graph is optimised).
   void observe(double feature_bytes, double seconds);
+  // The encoder thread reports each time it waited for the stages: for crops, or for room to hand
+  // over features. Under auto, idle stages that keep the encoder waiting are starved, not running
+  // in its gaps: on a free machine the encoder of a heavy run waits a few percent of its time
+  // (the 2-core benchmark: 0.2-0.3 s in 15 s), with a build or another run beside it, minutes.
+  void encoder_waited(double seconds);
   // Blocks until decided, or until `finished` says the run is over (polled every 2 ms); true
-  // when the stages run at normal scheduling.
+  // when the stages run at normal scheduling because the encoder is light (or as told).
   bool wait_decided(const std::function<bool()>& finished) const;
-  std::string decision() const;  // normal | idle | idle (undecided)
+  std::string decision() const;  // normal | idle | idle (undecided) | normal (idle stages starved)
+
+  static constexpr double kStarvedSeconds = 1.0;
+  static constexpr double kStarvedShare = 0.25;
 
  private:
   static constexpr int kObservedBatches = 8;
-  enum { kUndecided, kIdle, kNormal };
+  enum { kUndecided, kIdle, kNormal, kStarved };
+  static bool normal(int state) { return state == kNormal || state == kStarved; }
+  void switch_to(int state);
+  const bool adaptive_;  // auto: the decision may change
   std::atomic<int> state_;
   mutable std::mutex gate_mutex_;
   mutable std::condition_variable gate_open_;
   bool encoder_in_call_ = false;  // under gate_mutex_
-  int observed_ = 0;  // encoder thread only
+  // Encoder thread only:
+  int observed_ = 0;
   double fastest_rate_ = 0;
+  double encoder_seconds_ = 0;  // stored batches' calls
+  double waited_seconds_ = 0;
 };
 
 // Features per second the writer is assumed to take; an encoder that makes more is light.
@@ -62,17 +78,6 @@ class StagePriority {
 // light encoder makes 4-11 GB/s, the heavy ones 0.1-0.2 GB/s.
 constexpr double kWriterBytesPerSecond = 2e9;
 
-// While alive, idle OpenMP workers spin briefly instead of for ~3 ms before they sleep. libgomp
-// spins 300000 iterations after each parallel region by default, but only 100 while it manages
-// more OpenMP threads than there are CPUs (GCC manual, GOMP_SPINCOUNT). An encoder with one
-// thread per core keeps its workers spinning through every gap between parallel regions, on the
-// cores the reading, converting and writing threads need. This opens a second, idle team of
-// `threads` threads in the calling thread's pool, which puts libgomp over the CPU count; the
-// destructor frees that pool. Spinning never changes results. Open it from a thread that runs
-// no stage (precompute uses a helper thread; the stage threads keep OpenMP to one thread).
-// Measured on 2 cores with the stages at normal scheduling, light benchmark: 0.43-0.50 ->
-// 0.61-0.66 of plain HDF5 speed, with a third less CPU time. Not for compute-bound encoders:
-// with 100 spins their workers sleep between regions (heavy benchmark 1.19 -> 1.24).
 // Runs `wait` (a call that blocks until the encoder's next input is ready) with this thread's
 // idle OpenMP workers asleep. After a parallel region libgomp's workers spin ~300000 iterations
 // (~3 ms here) before they sleep, so through a wait for the stages they hold cores the stages
@@ -90,6 +95,17 @@ void wait_with_openmp_workers_asleep(int threads, const std::function<void()>& w
 // slower inside precompute than alone, depending on whether a stage had gone parallel yet.
 void without_openmp_team(const std::function<void()>& body);
 
+// While alive, idle OpenMP workers spin briefly instead of for ~3 ms before they sleep. libgomp
+// spins 300000 iterations after each parallel region by default, but only 100 while it manages
+// more OpenMP threads than there are CPUs (GCC manual, GOMP_SPINCOUNT). An encoder with one
+// thread per core keeps its workers spinning through every gap between parallel regions, on the
+// cores the reading, converting and writing threads need. This opens a second, idle team of
+// `threads` threads in the calling thread's pool, which puts libgomp over the CPU count; the
+// destructor frees that pool. Spinning never changes results. Open it from a thread that runs
+// no stage (precompute uses a helper thread; the stage threads keep OpenMP to one thread).
+// Measured on 2 cores with the stages at normal scheduling, light benchmark: 0.43-0.50 ->
+// 0.61-0.66 of plain HDF5 speed, with a third less CPU time. Not for compute-bound encoders:
+// with 100 spins their workers sleep between regions (heavy benchmark 1.19 -> 1.24).
 class OpenMpSpinThrottle {
  public:
   explicit OpenMpSpinThrottle(int threads);

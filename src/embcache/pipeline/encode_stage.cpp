@@ -52,11 +52,18 @@ void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
   // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
   // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp). Entering that region
   // costs ~0.07 ms, so callers skip it where the queue already allows going on.
+  const auto t0 = Clock::now();
   if (settings_.device.is_cuda()) {
     wait();
   } else {
     wait_with_openmp_workers_asleep(settings_.threads, wait);
   }
+  priority_.encoder_waited(seconds_since(t0));
+}
+
+std::optional<CropItem> EncodeStage::next_crop() {
+  if (!in_.items_ready(1)) wait_cores_free([&] { in_.wait_for_items(1); });
+  return in_.pop();
 }
 
 EncoderOutput EncodeStage::call(const at::Tensor& batch) {
@@ -81,7 +88,7 @@ void EncodeStage::choose_batch_size(std::vector<CropItem>& pending) {
   const std::vector<std::int64_t> candidates = settings_.device.is_cuda() ? std::vector<std::int64_t>{16, 32, 64, 128, 256}
                                                                           : std::vector<std::int64_t>{4, 8, 16, 32, 64};
   while (std::int64_t(pending.size()) < candidates.back()) {
-    auto item = in_.pop();
+    auto item = next_crop();
     if (!item) break;
     pending.push_back(std::move(*item));
   }
@@ -184,7 +191,7 @@ void EncodeStage::run() {
         wait_cores_free([&] { in_.wait_for_items(batch_ - pending.size()); });
       }
     }
-    auto item = in_.pop();
+    auto item = next_crop();
     if (!item) break;
     pending.push_back(std::move(*item));
   }

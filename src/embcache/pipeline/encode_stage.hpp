@@ -61,8 +61,11 @@ class EncodeStage {
   // Encodes one batch (a short last one padded to the full size) and pushes it on; false when
   // the encoded queue was closed.
   bool emit(std::vector<CropItem> items);
-  // Runs a wait for the queues with the encoder's OpenMP workers asleep (CPU only).
+  // Runs a wait for the queues with the encoder's OpenMP workers asleep (CPU only), and reports
+  // its length to the stage priority (starved idle stages move to normal scheduling).
   void wait_cores_free(const std::function<void()>& wait);
+  // The next crop, waiting through wait_cores_free when none is queued; nullopt at the end.
+  std::optional<CropItem> next_crop();
 
   CropQueue& in_;
   EncodedQueue& out_;

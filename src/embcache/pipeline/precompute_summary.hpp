@@ -32,7 +32,7 @@ struct PrecomputeSummary {
   nlohmann::json batch_size_trials = nlohmann::json::array();
   std::string device;
   int threads = 0;             // the encoder's intra-op threads
-  std::string stage_priority;  // how the non-encoder stages ran: idle or normal
+  std::string stage_priority;  // how the non-encoder stages ran: StagePriority::decision()
   bool encoder_optimized = false;  // frozen and optimised for inference (--optimize, or auto)
   // Busy time per stage: wall seconds (`stage_seconds`, preemption included) and the stage
   // thread's CPU seconds (`stage_cpu_seconds`).
