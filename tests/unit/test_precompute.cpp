@@ -687,27 +687,6 @@ TEST_CASE("under auto, the stages decide light or heavy once, on the fastest sto
   CHECK(idle.decision() == "idle");
 }
 
-TEST_CASE("under auto, idle stages that keep the encoder waiting move to normal scheduling; idle stays") {
-  StagePriority heavy(StageScheduling::kAuto), fresh(StageScheduling::kAuto), idle(StageScheduling::kIdle);
-  for (int batch = 0; batch < 8; ++batch) {
-    heavy.observe(4e6, 0.5);  // 4 s of calls
-    idle.observe(4e6, 0.5);
-  }
-  REQUIRE(heavy.decision() == "idle");
-  heavy.encoder_waited(0.9);
-  CHECK(heavy.decision() == "idle");  // under a second
-  heavy.encoder_waited(0.3);
-  CHECK(heavy.decision() == "idle");  // 1.2 s, 23% of the time
-  heavy.encoder_waited(0.3);
-  CHECK(heavy.decision() == "normal (idle stages starved)");  // 1.5 s, 27%
-  // Starved, not light: the encoder's OpenMP spinning is not throttled.
-  CHECK_FALSE(heavy.wait_decided([] { return true; }));
-  fresh.encoder_waited(1.0);  // before any batch was stored
-  CHECK(fresh.decision() == "normal (idle stages starved)");
-  idle.encoder_waited(100);
-  CHECK(idle.decision() == "idle");
-}
-
 // Threads that spin at normal scheduling until destroyed: other work on a shared machine.
 class BusyThreads {
  public:
@@ -728,6 +707,67 @@ class BusyThreads {
   std::atomic<bool> stop_{false};
   std::vector<std::thread> threads_;
 };
+
+TEST_CASE("under auto, idle stages that keep the encoder waiting for a core move to normal scheduling") {
+  StagePriority heavy(StageScheduling::kAuto), disk(StageScheduling::kAuto), unknown(StageScheduling::kAuto),
+      fresh(StageScheduling::kAuto), idle(StageScheduling::kIdle);
+  for (StagePriority* p : {&heavy, &disk, &unknown, &idle}) {
+    for (int batch = 0; batch < 8; ++batch) p->observe(4e6, 0.5);  // 4 s of calls
+  }
+  REQUIRE(heavy.decision() == "idle");
+  CHECK(heavy.watching());
+  heavy.encoder_waited(0.9, 0.9);
+  CHECK(heavy.decision() == "idle");  // under a second
+  heavy.encoder_waited(0.3, 0.3);
+  CHECK(heavy.decision() == "idle");  // 1.2 s, 23% of the time
+  heavy.encoder_waited(0.3, 0.3);
+  CHECK(heavy.decision() == "normal (idle stages starved)");  // 1.5 s, 27%, runnable throughout
+  CHECK_FALSE(heavy.watching());
+  // Starved, not light: the encoder's OpenMP spinning is not throttled.
+  CHECK_FALSE(heavy.wait_decided([] { return true; }));
+
+  // The same waits on stages that sleep in reads (a slow disk): idle stays.
+  disk.encoder_waited(1.5, 0.2);
+  CHECK(disk.decision() == "idle");
+  disk.encoder_waited(1.0, 0.9);  // 2.5 s waited, 1.1 s of it runnable: under half
+  CHECK(disk.decision() == "idle");
+  disk.encoder_waited(0.5, 0.5);  // 3 s, 1.6 s
+  CHECK(disk.decision() == "normal (idle stages starved)");
+  // Where the kernel keeps no schedstat, the waits alone decide.
+  unknown.encoder_waited(1.5, -1);
+  CHECK(unknown.decision() == "normal (idle stages starved)");
+  fresh.encoder_waited(1.0, 1.0);  // before any batch was stored
+  CHECK(fresh.decision() == "normal (idle stages starved)");
+  idle.encoder_waited(100, 100);
+  CHECK(idle.decision() == "idle");
+  CHECK_FALSE(idle.watching());
+}
+
+TEST_CASE("a watched thread's run delay grows while it waits for a core") {
+  StagePriority priority(StageScheduling::kAuto);
+  CHECK(priority.stage_run_delay() == 0);  // no thread watched yet
+  std::atomic<bool> watched{false}, stop{false};
+  std::thread stage([&] {
+    priority.watch_this_thread();
+    watched = true;
+    while (!stop.load(std::memory_order_relaxed)) {
+    }
+  });
+  while (!watched.load()) std::this_thread::yield();
+  const double before = priority.stage_run_delay();
+  // Negative where the kernel keeps no schedstat (CONFIG_SCHED_INFO); precompute then goes by the
+  // waits alone, but the kernels we run on keep it.
+  CHECK(before >= 0);
+  {
+    // More busy threads than cores: the watched one spends some of the time waiting for a core.
+    const BusyThreads busy(std::max(2u, std::thread::hardware_concurrency()) + 1);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  }
+  const double after = priority.stage_run_delay();
+  stop = true;
+  stage.join();
+  CHECK(after > before + 0.01);
+}
 
 TEST_CASE("with every core busy, a heavy encoder's idle stages move to normal scheduling and the run completes") {
   Setup s(24);

@@ -2,12 +2,15 @@
 
 #include <ATen/Parallel.h>
 #include <omp.h>
+#include <fcntl.h>
 #include <pthread.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <condition_variable>
 #include <exception>
 #include <mutex>
@@ -66,12 +69,57 @@ void StagePriority::observe(double feature_bytes, double seconds) {
   switch_to(fastest_rate_ >= kWriterBytesPerSecond ? kNormal : kIdle);
 }
 
-void StagePriority::encoder_waited(double seconds) {
-  waited_seconds_ += seconds;
-  if (!adaptive_ || normal(state_.load(std::memory_order_relaxed))) return;
-  if (waited_seconds_ >= kStarvedSeconds && waited_seconds_ >= kStarvedShare * (waited_seconds_ + encoder_seconds_)) {
-    switch_to(kStarved);
+namespace {
+
+// The second field of /proc/self/task/TID/schedstat: nanoseconds runnable but waiting for a CPU.
+double run_delay_seconds(int tid) {
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/schedstat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return -1;
+  char text[128];
+  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
+  ::close(fd);
+  if (n <= 0) return -1;
+  text[n] = '\0';
+  unsigned long long on_cpu = 0, waiting = 0;
+  if (std::sscanf(text, "%llu %llu", &on_cpu, &waiting) != 2) return -1;
+  return double(waiting) * 1e-9;
+}
+
+}  // namespace
+
+void StagePriority::watch_this_thread() const {
+  const int tid = int(::gettid());
+  std::lock_guard<std::mutex> lock(watched_mutex_);
+  watched_.push_back({tid, run_delay_seconds(tid)});
+}
+
+double StagePriority::stage_run_delay() const {
+  std::lock_guard<std::mutex> lock(watched_mutex_);
+  double total = 0;
+  for (Watched& w : watched_) {
+    if (w.last_delay < 0) return -1;
+    const double now = run_delay_seconds(w.tid);
+    if (now >= 0) w.last_delay = now;
+    total += w.last_delay;
   }
+  return total;
+}
+
+bool StagePriority::watching() const { return adaptive_ && !normal(state_.load(std::memory_order_relaxed)); }
+
+void StagePriority::encoder_waited(double seconds, double stage_run_delay) {
+  if (!watching()) return;
+  waited_seconds_ += seconds;
+  if (stage_run_delay >= 0) {
+    delayed_seconds_ += stage_run_delay;
+  } else {
+    delay_known_ = false;  // then the waits alone decide
+  }
+  const bool long_waits =
+      waited_seconds_ >= kStarvedSeconds && waited_seconds_ >= kStarvedShare * (waited_seconds_ + encoder_seconds_);
+  const bool wanted_cores = !delay_known_ || delayed_seconds_ >= kStarvedDelayShare * waited_seconds_;
+  if (long_waits && wanted_cores) switch_to(kStarved);
 }
 
 void StagePriority::switch_to(int state) {

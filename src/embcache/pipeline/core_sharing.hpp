@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <string>
+#include <vector>
 
 namespace embcache {
 
@@ -18,8 +19,7 @@ namespace embcache {
 // is light, and then every stage moves to normal scheduling (the I/O thread is the bottleneck
 // and must not wait for gaps) and the encoder's OpenMP spinning is throttled. Other busy
 // processes can starve idle stages (a SCHED_IDLE thread gets ~0.3% of a core that a normal thread
-// wants): under auto, once the encoder has spent kStarvedSeconds and kStarvedShare of its time
-// waiting for them, they move to normal scheduling for the rest of the run. "idle" never moves.
+// wants): under auto they then move to normal scheduling (encoder_waited). "idle" never moves.
 enum class StageScheduling { kAuto, kIdle, kNormal };
 // "auto", "idle" or "normal" (--stage-priority); UsageError otherwise.
 StageScheduling parse_stage_scheduling(const std::string& text);
@@ -43,11 +43,22 @@ class StagePriority {
   // auto, decided once after kObservedBatches, on the fastest of them (the first calls of a
   // TorchScript module are slow while its graph is optimised).
   void observe(double feature_bytes, double seconds);
-  // The encoder thread reports each time it waited for the stages: for crops, or for room to hand
-  // over features. Under auto, idle stages that keep the encoder waiting are starved, not running
-  // in its gaps: on a free machine the encoder of a heavy run waits a few percent of its time
-  // (the 2-core benchmark: 0.2-0.3 s in 15 s), with a build or another run beside it, minutes.
-  void encoder_waited(double seconds);
+  // Each stage thread but the encoder's calls this once, at its start.
+  void watch_this_thread() const;
+  // Seconds the watched threads have spent runnable but without a core (the kernel's per-thread
+  // schedstat); negative where the kernel does not say.
+  double stage_run_delay() const;
+  // Whether waits are being judged: under auto while the stages are idle.
+  bool watching() const;
+  // The encoder thread reports each wait for the stages (for crops, or for room to hand over
+  // features): its length and the watched threads' run delay meanwhile (negative: unknown).
+  // Idle stages that keep the encoder waiting while they wait for a core are starved, not
+  // running in its gaps: on a free machine the encoder of a heavy run waits a few percent of its
+  // time (the 2-core benchmark: 0.2-0.3 s in 15 s), beside a build or another run, minutes. Under
+  // auto, once its waits reach kStarvedSeconds and kStarvedShare of its time, and the stages spent
+  // at least kStarvedDelayShare of those waits runnable without a core (not in a slow read), the
+  // stages move to normal scheduling for the rest of the run.
+  void encoder_waited(double seconds, double stage_run_delay);
   // Blocks until decided, or until `finished` says the run is over (polled every 2 ms); true
   // when the stages run at normal scheduling because the encoder is light (or as told).
   bool wait_decided(const std::function<bool()>& finished) const;
@@ -55,6 +66,7 @@ class StagePriority {
 
   static constexpr double kStarvedSeconds = 1.0;
   static constexpr double kStarvedShare = 0.25;
+  static constexpr double kStarvedDelayShare = 0.5;
 
  private:
   static constexpr int kObservedBatches = 8;
@@ -71,6 +83,14 @@ class StagePriority {
   double fastest_rate_ = 0;
   double encoder_seconds_ = 0;  // stored batches' calls
   double waited_seconds_ = 0;
+  double delayed_seconds_ = 0;  // the watched threads' run delay during those waits
+  bool delay_known_ = true;
+  struct Watched {
+    int tid;
+    double last_delay;  // kept for a thread that has ended
+  };
+  mutable std::mutex watched_mutex_;
+  mutable std::vector<Watched> watched_;
 };
 
 // Features per second the writer is assumed to take; an encoder that makes more is light.

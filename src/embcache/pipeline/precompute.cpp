@@ -6,6 +6,7 @@
 #include <condition_variable>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <future>
 #include <limits>
 #include <memory>
@@ -59,9 +60,15 @@ struct Stages {
 // normal scheduling, and then its OpenMP workers must not spin on their cores: a helper thread
 // holds OpenMpSpinThrottle's idle team until the encoder is done.
 void run_threaded(Stages& s, RunContext& context, const StagePriority& priority, const PrecomputePlan& plan) {
-  std::thread io = context.start([&] { without_openmp_team([&] { s.io.run(); }); });
-  std::thread prep = context.start([&] { without_openmp_team([&] { s.prep.run(); }); });
-  std::thread convert = context.start([&] { without_openmp_team([&] { s.convert.run(); }); });
+  const auto stage = [&](const std::function<void()>& body) {
+    return context.start([&priority, body] {
+      priority.watch_this_thread();
+      without_openmp_team(body);
+    });
+  };
+  std::thread io = stage([&] { s.io.run(); });
+  std::thread prep = stage([&] { s.prep.run(); });
+  std::thread convert = stage([&] { s.convert.run(); });
   std::mutex mutex;
   std::condition_variable encoded;
   bool encoder_done = false;
