@@ -71,14 +71,12 @@ void StagePriority::observe(double feature_bytes, double seconds) {
 
 namespace {
 
-// The second field of /proc/self/task/TID/schedstat: nanoseconds runnable but waiting for a CPU.
-double run_delay_seconds(int tid) {
-  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/schedstat";
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+// The second field of a thread's schedstat: nanoseconds runnable but waiting for a CPU. Read
+// with pread on a file opened once (procfs regenerates it at offset 0); -1 once unreadable.
+double run_delay_seconds(int fd) {
   if (fd < 0) return -1;
   char text[128];
-  const ssize_t n = ::read(fd, text, sizeof(text) - 1);
-  ::close(fd);
+  const ssize_t n = ::pread(fd, text, sizeof(text) - 1, 0);
   if (n <= 0) return -1;
   text[n] = '\0';
   unsigned long long on_cpu = 0, waiting = 0;
@@ -88,19 +86,26 @@ double run_delay_seconds(int tid) {
 
 }  // namespace
 
+StagePriority::~StagePriority() {
+  for (const Watched& w : watched_) {
+    if (w.fd >= 0) ::close(w.fd);
+  }
+}
+
 void StagePriority::watch_this_thread() const {
-  const int tid = int(::gettid());
+  const std::string path = "/proc/self/task/" + std::to_string(::gettid()) + "/schedstat";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   std::lock_guard<std::mutex> lock(watched_mutex_);
-  watched_.push_back({tid, run_delay_seconds(tid)});
+  watched_.push_back({fd, run_delay_seconds(fd)});
 }
 
 double StagePriority::stage_run_delay() const {
   std::lock_guard<std::mutex> lock(watched_mutex_);
   double total = 0;
   for (Watched& w : watched_) {
-    if (w.last_delay < 0) return -1;
-    const double now = run_delay_seconds(w.tid);
-    if (now >= 0) w.last_delay = now;
+    if (w.last_delay < 0) return -1;  // no schedstat here
+    const double now = run_delay_seconds(w.fd);
+    if (now >= 0) w.last_delay = now;  // else the thread has ended: its last reading stands
     total += w.last_delay;
   }
   return total;

@@ -27,6 +27,9 @@ StageScheduling parse_stage_scheduling(const std::string& text);
 class StagePriority {
  public:
   explicit StagePriority(StageScheduling mode);
+  ~StagePriority();
+  StagePriority(const StagePriority&) = delete;
+  StagePriority& operator=(const StagePriority&) = delete;
 
   // Called by each stage thread at start and then once per item: applies the current decision.
   // At idle scheduling it also waits while the encoder is inside a forward call on the CPU.
@@ -86,7 +89,7 @@ class StagePriority {
   double delayed_seconds_ = 0;  // the watched threads' run delay during those waits
   bool delay_known_ = true;
   struct Watched {
-    int tid;
+    int fd;  // its /proc/self/task/TID/schedstat, or -1
     double last_delay;  // kept for a thread that has ended
   };
   mutable std::mutex watched_mutex_;
