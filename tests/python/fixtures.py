@@ -171,19 +171,21 @@ class ShapeChanges(nn.Module):
 
 
 class Unfreezable(nn.Module):
-    """Two list attributes that hold one tensor, which torch.jit.freeze refuses ("module contains
-    attributes values that overlaps"): precompute's default then runs it as loaded. (A module
-    list indexed at run time is refused too, but loading any module with an interface type
-    leaks a reference cycle inside LibTorch, which the sanitizer leg would report.)"""
+    """A batch norm (so precompute's default tries to optimise it) and two list attributes that
+    hold one tensor, which torch.jit.freeze refuses ("module contains attributes values that
+    overlaps"): the default then runs it as loaded. (A module list indexed at run time is refused
+    too, but loading any module with an interface type leaks a reference cycle inside LibTorch,
+    which the sanitizer leg would report.)"""
 
     def __init__(self):
         super().__init__()
+        self.norm = nn.BatchNorm2d(3)
         shared = torch.ones(1)
         self.scales: List[torch.Tensor] = [shared]
         self.shifts: List[torch.Tensor] = [shared]
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x.float().mean(dim=(2, 3)) * self.scales[0] + self.shifts[0]
+        return self.norm(x).mean(dim=(2, 3)) * self.scales[0] + self.shifts[0]
 
 
 class ProbeBackbone(nn.Module):

@@ -432,12 +432,25 @@ TEST_CASE("--optimize folds batch norms: features within 1e-5 of the plain encod
 TEST_CASE("by default a new cache's encoder is optimised, and rows already there keep their numerics") {
   Setup s;
   PrecomputeOptions o = s.options("conv_bn.pt");
-  CHECK(encoder_optimization(plan_precompute(o)) == Optimization::kIfPossible);
+  CHECK(encoder_optimization(plan_precompute(o)) == Optimization::kWhereItHelps);
   PrecomputeSummary summary;
   count_calls(o, &summary);
   CHECK(summary.encoder_optimized);
   CHECK(CacheReader(s.cache).signature()["encoder_optimization"] == kEncoderOptimization);
   CHECK(encoder_optimization(plan_precompute(o)) == Optimization::kRequired);
+  {
+    // Without a batch norm to fold, optimising gained nothing or lost (ConvNeXt-T): left as loaded.
+    Setup t;
+    PrecomputeOptions bn_free = t.options("multi_scripted.pt");
+    PrecomputeSummary plain_summary;
+    count_calls(bn_free, &plain_summary);
+    CHECK_FALSE(plain_summary.encoder_optimized);
+    CHECK_FALSE(CacheReader(t.cache).signature().contains("encoder_optimization"));
+    const Encoder encoder(testing::fixture("multi_scripted.pt"), c10::Device(c10::kCPU), Amp::kNone,
+                          Optimization::kWhereItHelps);
+    CHECK_FALSE(encoder.optimized());
+    CHECK(encoder.optimization_failure().empty());  // not tried
+  }
 
   // A plain cache, as every cache made before optimisation was the default: a run at the
   // default extends it plainly and leaves its signature as it was.
@@ -465,7 +478,7 @@ TEST_CASE("by default a new cache's encoder is optimised, and rows already there
   CHECK(signature_differences(before, CacheReader(plain_cache).signature()).empty());
   CHECK(encoder_optimization(plan_precompute(plain)) == Optimization::kNone);  // from the cache
   plain.overwrite = true;
-  CHECK(encoder_optimization(plan_precompute(plain)) == Optimization::kIfPossible);
+  CHECK(encoder_optimization(plan_precompute(plain)) == Optimization::kWhereItHelps);
 
   PrecomputeOptions both = o;
   both.optimize = both.no_optimize = true;
@@ -475,6 +488,9 @@ TEST_CASE("by default a new cache's encoder is optimised, and rows already there
 TEST_CASE("an encoder that cannot be frozen runs as loaded by default, and --optimize refuses it in one line") {
   Setup s;
   PrecomputeOptions o = s.options("unfreezable.pt");  // two attributes share a tensor: freeze refuses it
+  // It has a batch norm, so the default tries.
+  const Encoder tried(o.encoder, c10::Device(c10::kCPU), Amp::kNone, Optimization::kWhereItHelps);
+  CHECK(contains(tried.optimization_failure(), "overlaps"));
   PrecomputeSummary summary;
   count_calls(o, &summary);
   CHECK_FALSE(summary.encoder_optimized);

@@ -5,6 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/version.h>
+#include <torch/csrc/jit/passes/inliner.h>
 #if __has_include(<torch/csrc/jit/codegen/fuser/interface.h>)
 #include <torch/csrc/jit/codegen/fuser/interface.h>
 #else
@@ -45,6 +46,26 @@ std::string forward_error_cause(const std::string& text) {
     start = end + 1;
   }
   return cause.empty() ? first_line(text) : cause;
+}
+
+bool has_node(const torch::jit::Block* block, c10::Symbol kind) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == kind) return true;
+    for (const torch::jit::Block* inner : node->blocks()) {
+      if (has_node(inner, kind)) return true;
+    }
+  }
+  return false;
+}
+
+// Whether forward, with every method and function it calls inlined, runs a batch norm: what
+// freezing folds into the convolution before it.
+bool has_batch_norm(const torch::jit::script::Module& module) {
+  const auto method = module.find_method("forward");
+  if (!method) return false;
+  const std::shared_ptr<torch::jit::Graph> graph = method->graph()->copy();
+  torch::jit::Inline(*graph);
+  return has_node(graph->block(), c10::Symbol::fromQualString("aten::batch_norm"));
 }
 
 }  // namespace
@@ -100,6 +121,7 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimizat
   }
   impl_->module.eval();
   if (optimization == Optimization::kNone) return;
+  if (optimization == Optimization::kWhereItHelps && !has_batch_norm(impl_->module)) return;
   optimization_failure_ = optimize_module();
   optimized_ = optimization_failure_.empty();
   if (!optimized_ && optimization == Optimization::kRequired) {

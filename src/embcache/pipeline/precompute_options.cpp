@@ -66,8 +66,9 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("amp", "Autocast on CUDA: none, fp16 or bf16", &O::amp);
     t.add("optimize", "Always freeze the encoder and optimise it for inference (batch-norm folding, weight "
           "prepacking); fail if it cannot be frozen. Without --optimize or --no-optimize, a new cache's encoder is "
-          "optimised when it can be frozen and an existing cache keeps what it was made with. Features differ from the "
-          "plain encoder's in the last bits, so the cache records it and refuses to mix the two", &O::optimize)
+          "optimised when it has a batch norm to fold and can be frozen, and an existing cache keeps what it was "
+          "made with. Features differ from the plain encoder's in the last bits, so the cache records it and "
+          "refuses to mix the two", &O::optimize)
         .identity_when_set = true;
     t.add("no-optimize", "Never optimise the encoder: the plain module's features, as caches made before "
           "optimisation was the default have them", &O::no_optimize).identity_when_set = true;

@@ -270,9 +270,10 @@ Optimization encoder_optimization(const PrecomputePlan& plan) {
     case OptimizeChoice::kAuto:
       break;
   }
-  // A new cache: optimised, unless NaN/Inf features are to be stored as the encoder makes them
-  // (an optimised encoder's fused activations turn NaN into numbers).
-  const Optimization fresh = plan.allow_nonfinite ? Optimization::kNone : Optimization::kIfPossible;
+  // A new cache: optimised where it helps (Optimization::kWhereItHelps), unless NaN/Inf features
+  // are to be stored as the encoder makes them (an optimised encoder's fused activations turn NaN
+  // into numbers).
+  const Optimization fresh = plan.allow_nonfinite ? Optimization::kNone : Optimization::kWhereItHelps;
   if (plan.overwrite) return fresh;
   const std::optional<Signature> existing = signature_of_existing_rows(plan.out, plan.shard.text());
   if (!existing) return fresh;
