@@ -7,7 +7,7 @@
 #   encoder-only   the same batches through a fresh copy of the encoder in the same process
 #                  (bench_precompute: warm-up included, as in the run)
 #   enc in run     precompute's encoder_seconds;  wall: precompute's wall time (out of the box:
-#                  a new cache's encoder is frozen and optimised for inference when it can be)
+#                  a new cache's encoder with batch norms is frozen and optimised for inference)
 #   py forward     scripts/encoder_loop.py: the forward calls alone, in a plain Python loop
 #   py script      the same loop with its serial h5py reads, conversion and h5py writes (after
 #                  the forward loop in the same Python process, the model loaded afresh)
