@@ -60,12 +60,17 @@ bool has_node(const torch::jit::Block* block, c10::Symbol kind) {
 
 // Whether forward, with every method and function it calls inlined, runs a batch norm: what
 // freezing folds into the convolution before it.
+// A graph that cannot be inlined counts as none: the module then runs as loaded.
 bool has_batch_norm(const torch::jit::script::Module& module) {
-  const auto method = module.find_method("forward");
-  if (!method) return false;
-  const std::shared_ptr<torch::jit::Graph> graph = method->graph()->copy();
-  torch::jit::Inline(*graph);
-  return has_node(graph->block(), c10::Symbol::fromQualString("aten::batch_norm"));
+  try {
+    const auto method = module.find_method("forward");
+    if (!method) return false;
+    const std::shared_ptr<torch::jit::Graph> graph = method->graph()->copy();
+    torch::jit::Inline(*graph);
+    return has_node(graph->block(), c10::Symbol::fromQualString("aten::batch_norm"));
+  } catch (const std::exception&) {
+    return false;
+  }
 }
 
 }  // namespace
