@@ -62,6 +62,9 @@ class StagePriority {
   // at least kStarvedDelayShare of those waits runnable without a core (not in a slow read), the
   // stages move to normal scheduling for the rest of the run.
   void encoder_waited(double seconds, double stage_run_delay);
+  // The encoder thread runs each wait for the stages through this: `wait` runs, and while
+  // watching, its length and the watched threads' run delay meanwhile go to encoder_waited.
+  void encoder_waits(const std::function<void()>& wait);
   // Blocks until decided, or until `finished` says the run is over (polled every 2 ms); true
   // when the stages run at normal scheduling because the encoder is light (or as told).
   bool wait_decided(const std::function<bool()>& finished) const;

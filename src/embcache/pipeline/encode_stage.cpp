@@ -52,17 +52,13 @@ void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
   // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
   // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp). Entering that region
   // costs ~0.07 ms, so callers skip it where the queue already allows going on.
-  const bool watching = priority_.watching();
-  const double delay_before = watching ? priority_.stage_run_delay() : -1;
-  const auto t0 = Clock::now();
-  if (settings_.device.is_cuda()) {
-    wait();
-  } else {
-    wait_with_openmp_workers_asleep(settings_.threads, wait);
-  }
-  if (!watching) return;
-  const double delay_after = delay_before >= 0 ? priority_.stage_run_delay() : -1;
-  priority_.encoder_waited(seconds_since(t0), delay_after >= 0 ? delay_after - delay_before : -1);
+  priority_.encoder_waits([&] {
+    if (settings_.device.is_cuda()) {
+      wait();
+    } else {
+      wait_with_openmp_workers_asleep(settings_.threads, wait);
+    }
+  });
 }
 
 std::optional<CropItem> EncodeStage::next_crop() {
