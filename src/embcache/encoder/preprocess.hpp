@@ -18,8 +18,12 @@ struct Preprocess {
   // the lengths of mean and std fit neither one value nor one per channel.
   void validate(std::int64_t channels = -1) const;
   // [C, h, w] (or [T, C, h, w]) any dtype -> float32 of the same shape; computed in float32 in this exact order so that
-  // the same expression in Python gives bit-identical inputs.
+  // the same expression in Python gives bit-identical inputs. One pass over the pixels for
+  // uint8, int16, int32 and float32 on the CPU (the stage normalises thousands of crops a second,
+  // and four ATen operations per crop cost more than their arithmetic); the same bits as
+  // apply_with_aten, which handles the rest.
   at::Tensor apply(const at::Tensor& raw) const;
+  at::Tensor apply_with_aten(const at::Tensor& raw) const;
 };
 
 }  // namespace embcache
