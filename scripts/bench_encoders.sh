@@ -8,9 +8,14 @@
 #                  (bench_precompute: warm-up included, as in the run)
 #   enc in run     precompute's encoder_seconds;  wall: precompute's wall time (out of the box:
 #                  a new cache's encoder with batch norms is frozen and optimised for inference)
-#   py forward     scripts/encoder_loop.py: the forward calls alone, in a plain Python loop
-#   py script      the same loop with its serial h5py reads, conversion and h5py writes (after
-#                  the forward loop in the same Python process, the model loaded afresh)
+#   py script      scripts/encoder_loop.py --mode script: the whole serial script a user would
+#                  write (load the model, then per batch an h5py read, conversion to float, the
+#                  forward call and h5py writes of the outputs as float16), load included as
+#                  precompute's wall includes loading its encoder
+#   py forward     the forward calls of that script alone (the sum of the times around each call);
+#                  FORWARD_LOOP=1 takes them from a separate plain loop over images read before
+#                  its clock starts instead (--mode both: one more pass per model and round, so
+#                  the rounds no longer fit in 15 minutes at these row counts)
 # Every process first runs one batch through a throwaway copy of the model (--warm-up-input,
 # --warm-up): the first forward call in a process also generates oneDNN's kernels and grows the
 # heap, and without that the measurement a process makes first pays it and the later ones do not.
@@ -23,7 +28,8 @@
 #   PLAIN=1        adds the same run with --no-optimize (the plain module, the default before
 #                  optimisation was): its encoder-only, encoder_seconds and wall
 # Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; PLAIN=1 adds
-# the --no-optimize runs (about 4 minutes more); EXTRA="--opt ..." passes options to bench_precompute.
+# the --no-optimize runs (about 4 minutes more); FORWARD_LOOP=1 (above); EXTRA="--opt ..." passes
+# options to bench_precompute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -38,6 +44,8 @@ WORK=${1:-$(mktemp -d /tmp/embcache-bench-encoders-XXXXXX)}
 mkdir -p "$WORK"
 REPEATS=${REPEATS:-5}
 PLAIN=${PLAIN:-0}
+PY_MODE=script
+[[ ${FORWARD_LOOP:-0} == 1 ]] && PY_MODE=both
 B=$BUILD/bench/bench_precompute
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
 # allocator scope does for its encoder thread), so the peer is not slowed by page faults.
@@ -47,6 +55,7 @@ mapfile -t MODELS < <($PY -c 'import json,sys
 for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"], j["size"])' "$WORK/models.jsonl")
 
 echo "$(nproc) cores; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
+if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do
     read -r name enc data size <<<"$m"
@@ -59,7 +68,7 @@ for round in $(seq "$REPEATS"); do
         --threads 2 --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --no-optimize ${EXTRA:-} >"$WORK/$name-plain-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
-    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode both --warm-up --out "$WORK/py-$name.h5" \
+    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
       >"$WORK/$name-py-$round.json"
     rm -f "$WORK/py-$name.h5"
   done
@@ -78,7 +87,7 @@ def difference(m, r):
     j = json.load(open(f"{work}/{m}-run-{r}.json"))
     return max(j["optimize_difference"].values()) if j.get("encoder_optimized") else None
 print(f"{'model':14} " + " ".join(f"{c:>20}" for c in cols) +
-      "   enc/only  wall/only  wall/pyfwd  wall/pyscript  slow mode (enc max/min)  optimised (max rel. difference)")
+      "   enc/only  wall/only  wall/pyfwd  wall/pyscript  slow mode (enc max/min)  py fwd max/min  optimised (max rel. difference)")
 for m in models:
     only, enc = series(m, "run", "encoder_only_seconds"), series(m, "run", "encoder_seconds")
     wall, fwd, script = series(m, "run", "seconds"), series(m, "py", "forward_seconds"), series(m, "py", "seconds")
@@ -87,8 +96,9 @@ for m in models:
     med = statistics.median
     print(f"{m:14} " + " ".join(f"{cell(v):>20}" for v in (only, enc, wall, fwd, script)) +
           f"   {med(enc) / med(only):8.3f}  {med(wall) / med(only):9.3f}  {med(wall) / med(fwd):10.3f}"
-          f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):23.3f}  {optimised}")
+          f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):23.3f}  {max(fwd) / min(fwd):14.3f}  {optimised}")
 print("targets: enc/only <= 1.05, wall/only <= 1.10, wall/pyfwd <= 1.10, wall/pyscript < 1, slow mode <= 1.15")
+print("py fwd max/min: the same spread of the Python loop's forward calls (the machine's own noise)")
 if plain:
     print()
     print("--no-optimize (the plain module, as loaded), the same runs:")

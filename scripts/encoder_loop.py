@@ -3,15 +3,17 @@
 TorchScript file over the same uint8 images in batches, under torch.inference_mode().
 
   --mode forward  the forward calls alone (images read and converted before the clock starts)
-  --mode script   the whole serial script a user would write: read a batch with h5py, convert
-                  it to float, run the encoder, write the chosen outputs as float16 with h5py
+  --mode script   the whole serial script a user would write: load the model, then per batch read
+                  it with h5py, convert it to float, run the encoder, write the chosen outputs as
+                  float16 with h5py; `seconds` is all of it, load included (as precompute's wall
+                  includes loading its encoder), and `forward_seconds` its forward calls alone
   --mode both     forward, then script, in one process (one Python start-up fewer); each pass
                   loads the model afresh and pays its warm-up, as a script of its own would
 
 Usage: encoder_loop.py ENCODER DATASET --levels 1,2 [--batch 64] [--threads 2] [--mode forward]
                        [--out OUT.h5]
-Prints one JSON object: seconds, forward_seconds, batches (--mode both: forward_seconds of the
-forward pass, seconds and script_forward_seconds of the script). Run it with MALLOC_MMAP_THRESHOLD_ set
+Prints one JSON object: seconds, forward_seconds, load_seconds, batches (--mode both: forward_seconds
+of the forward pass, seconds and script_forward_seconds of the script). Run it with MALLOC_MMAP_THRESHOLD_ set
 high (bench_encoders.sh does) so glibc reuses freed activations instead of mapping fresh pages.
 """
 import argparse
@@ -63,7 +65,9 @@ def warm_up(args):
 
 
 def run(args, levels, mode):
+    t_load = time.perf_counter()
     model = torch.jit.load(args.encoder).eval()
+    load_seconds = time.perf_counter() - t_load
     scale = 1.0 / 255.0
     with h5py.File(args.dataset, "r") as f:
         n = f["images"].shape[0]
@@ -92,7 +96,8 @@ def run(args, levels, mode):
     if out is not None:
         out.close()
         src.close()
-    return {"seconds": time.perf_counter() - t0, "forward_seconds": forward,
+    end = time.perf_counter()
+    return {"seconds": end - (t_load if mode == "script" else t0), "forward_seconds": forward, "load_seconds": load_seconds,
             "batches": (n + args.batch - 1) // args.batch, "mode": mode}
 
 
