@@ -35,7 +35,9 @@ namespace {
 // ((float(raw) * scale) - mean) / std per channel plane, one pass. Every step is one IEEE float
 // operation in the order of ATen's expression (apply_with_aten), and this file is compiled with
 // -ffp-contract=off so that no step fuses into the next: the bits are the same as ATen's.
+// AVX-512, AVX2 and plain builds per pixel type, chosen at load time.
 template <typename T>
+EMBCACHE_TARGET_CLONES("avx512f", "avx2", "default")
 void normalise_planes(const T* __restrict in, float* __restrict out, std::int64_t planes, std::int64_t channels,
                       std::int64_t plane_size, float scale, bool scaled, const std::vector<float>& mean,
                       const std::vector<float>& std) {
@@ -49,28 +51,6 @@ void normalise_planes(const T* __restrict in, float* __restrict out, std::int64_
       for (std::int64_t i = 0; i < plane_size; ++i) dst[i] = (static_cast<float>(src[i]) - m) / s;
     }
   }
-}
-
-// The vectorised builds of the loop for the dtypes datasets hold (uint16 arrives widened to int32).
-EMBCACHE_TARGET_CLONES("avx512f", "avx2", "default") void normalise_u8(const std::uint8_t* in, float* out, std::int64_t planes,
-    std::int64_t channels, std::int64_t plane_size, float scale, bool scaled, const std::vector<float>& mean,
-    const std::vector<float>& std) {
-  normalise_planes(in, out, planes, channels, plane_size, scale, scaled, mean, std);
-}
-EMBCACHE_TARGET_CLONES("avx512f", "avx2", "default") void normalise_i16(const std::int16_t* in, float* out, std::int64_t planes,
-    std::int64_t channels, std::int64_t plane_size, float scale, bool scaled, const std::vector<float>& mean,
-    const std::vector<float>& std) {
-  normalise_planes(in, out, planes, channels, plane_size, scale, scaled, mean, std);
-}
-EMBCACHE_TARGET_CLONES("avx512f", "avx2", "default") void normalise_i32(const std::int32_t* in, float* out, std::int64_t planes,
-    std::int64_t channels, std::int64_t plane_size, float scale, bool scaled, const std::vector<float>& mean,
-    const std::vector<float>& std) {
-  normalise_planes(in, out, planes, channels, plane_size, scale, scaled, mean, std);
-}
-EMBCACHE_TARGET_CLONES("avx512f", "avx2", "default") void normalise_f32(const float* in, float* out, std::int64_t planes,
-    std::int64_t channels, std::int64_t plane_size, float scale, bool scaled, const std::vector<float>& mean,
-    const std::vector<float>& std) {
-  normalise_planes(in, out, planes, channels, plane_size, scale, scaled, mean, std);
 }
 
 std::vector<float> per_channel_values(const std::vector<double>& values, std::int64_t c) {
@@ -95,10 +75,10 @@ at::Tensor Preprocess::apply(const at::Tensor& raw) const {
   const bool scaled = scale != 1.0;
   float* dst = out.data_ptr<float>();
   switch (in.scalar_type()) {
-    case at::kByte: normalise_u8(in.data_ptr<std::uint8_t>(), dst, planes, c, plane, f, scaled, m, s); break;
-    case at::kShort: normalise_i16(in.data_ptr<std::int16_t>(), dst, planes, c, plane, f, scaled, m, s); break;
-    case at::kInt: normalise_i32(in.data_ptr<std::int32_t>(), dst, planes, c, plane, f, scaled, m, s); break;
-    case at::kFloat: normalise_f32(in.data_ptr<float>(), dst, planes, c, plane, f, scaled, m, s); break;
+    case at::kByte: normalise_planes(in.data_ptr<std::uint8_t>(), dst, planes, c, plane, f, scaled, m, s); break;
+    case at::kShort: normalise_planes(in.data_ptr<std::int16_t>(), dst, planes, c, plane, f, scaled, m, s); break;
+    case at::kInt: normalise_planes(in.data_ptr<std::int32_t>(), dst, planes, c, plane, f, scaled, m, s); break;
+    case at::kFloat: normalise_planes(in.data_ptr<float>(), dst, planes, c, plane, f, scaled, m, s); break;
     default: return apply_with_aten(raw);
   }
   return out;
