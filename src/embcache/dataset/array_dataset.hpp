@@ -9,7 +9,8 @@
 namespace embcache {
 
 // Opens and validates the whole file layout up front (shapes, types, lengths, unique names), so
-// that a bad dataset fails before any work starts; pixels are then read one row at a time.
+// that a bad dataset fails before any work starts; windows are then read in blocks of
+// consecutive rows.
 std::unique_ptr<WindowSource> open_array_dataset(const std::string& path);
 
 }  // namespace embcache
