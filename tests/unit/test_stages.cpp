@@ -193,6 +193,14 @@ TEST_CASE("convert stage alone: rows in the storage dtype with their labels; NaN
   }
 }
 
+TEST_CASE("the window queue holds two batches of crops, and at least two windows") {
+  CHECK(raw_queue_windows(64, 1) == 128);   // one crop per window: two batches of windows
+  CHECK(raw_queue_windows(64, 4) == 32);
+  CHECK(raw_queue_windows(64, 48) == 2);    // windows of many crops: two, as before
+  CHECK(raw_queue_windows(64, 1000) == 2);
+  CHECK(raw_queue_windows(4, 0) == 8);      // no window with crops: counted as one crop each
+}
+
 TEST_CASE("the serial executor writes the cache the threaded one writes, bit for bit") {
   testing::TempDir dir;
   const PrecomputeOptions threaded_options = small_run(dir, dir.file("threaded.h5"));

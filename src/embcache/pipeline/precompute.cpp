@@ -2,6 +2,7 @@
 
 #include <ATen/ATen.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -26,12 +27,14 @@
 namespace embcache {
 namespace {
 
-// The queues of one run. Bounded, they hold two windows, two batches of crops (of the largest
-// batch the encoder may form) and two batches of features and of rows; unbounded for the serial
-// executor, where each stage runs to its end before the next starts.
+// The queues of one run. Bounded, they hold two batches of crops (of the largest batch the
+// encoder may form) as windows (raw_queue_windows) and as crops, and two batches of features and
+// of rows; unbounded for the serial executor, where each stage runs to its end before the next
+// starts.
 struct Queues {
-  Queues(std::size_t max_batch, bool bounded)
-      : raw(bounded ? 2 : kUnbounded), crops(bounded ? 2 * max_batch : kUnbounded),
+  Queues(std::size_t max_batch, std::size_t max_crops_per_window, bool bounded)
+      : raw(bounded ? raw_queue_windows(max_batch, max_crops_per_window) : kUnbounded),
+        crops(bounded ? 2 * max_batch : kUnbounded),
         encoded(bounded ? 2 : kUnbounded), rows(bounded ? 2 : kUnbounded) {}
   void close_all() {
     raw.close();
@@ -201,12 +204,17 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   const auto& windows = source->windows();
   summary.windows = std::int64_t(windows.size());
   for (const auto& [why, n] : source->skipped()) summary.windows_skipped[why] = n;
-  for (const auto& w : windows) summary.crops_total += std::int64_t(crop_grid(w.bounds, plan.grid).size());
+  std::size_t max_crops_per_window = 1;
+  for (const auto& w : windows) {
+    const std::size_t crops = crop_grid(w.bounds, plan.grid).size();
+    summary.crops_total += std::int64_t(crops);
+    max_crops_per_window = std::max(max_crops_per_window, crops);
+  }
   summary.device = plan.device.str();
   summary.encoder_optimized = encoder->optimized();
   store.expect_rows(summary.crops_total);
 
-  Queues queues(std::size_t(plan.max_batch()), !hooks.serial);
+  Queues queues(std::size_t(plan.max_batch()), max_crops_per_window, !hooks.serial);
   RunContext context;
   context.on_failure([&] { queues.close_all(); });
   // The serial executor runs in the caller's thread, whose scheduling it must not change.
