@@ -55,6 +55,25 @@ class Single(nn.Module):
         return self.conv(x)
 
 
+class InPlace(nn.Module):
+    """Changes its input in place before a 1x1 conv (some user encoders normalise that way)."""
+
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, 6, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2.0)
+        return self.conv(x)
+
+
+class Doubled(InPlace):
+    """InPlace's features without touching the input."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.conv(x * 2.0)
+
+
 class Light(nn.Module):
     """I/O-bound benchmark encoder: one 1x1 conv to many channels at full resolution."""
 
@@ -345,6 +364,11 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(traced, os.path.join(out_dir, "multi_traced.pt"))
     torch.jit.save(torch.jit.script(TinyDict(in_ch).eval()), os.path.join(out_dir, "dict_scripted.pt"))
     torch.jit.save(torch.jit.script(Single(in_ch).eval()), os.path.join(out_dir, "single_scripted.pt"))
+    in_place = InPlace(in_ch).eval()
+    torch.jit.save(torch.jit.script(in_place), os.path.join(out_dir, "in_place.pt"))
+    doubled = Doubled(in_ch).eval()
+    doubled.load_state_dict(in_place.state_dict())
+    torch.jit.save(torch.jit.script(doubled), os.path.join(out_dir, "doubled.pt"))
     torch.jit.save(torch.jit.script(Light(in_ch).eval()), os.path.join(out_dir, "light.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch).eval()), os.path.join(out_dir, "heavy.pt"))
     torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))

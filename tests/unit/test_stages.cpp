@@ -70,9 +70,10 @@ TEST_CASE("prep stage alone: every crop of the grid, cached ones skipped, change
   committed[all_of_a[0].key.map_key()] = all_of_a[0].hash;
   committed[all_of_a[1].key.map_key()] = all_of_a[1].hash + 1;
 
+  const RawWindow second = raw_window(1, 16, 16, 2);
   RawQueue in(kUnbounded);
   in.push(first);
-  in.push(raw_window(1, 16, 16, 2));
+  in.push(second);
   in.close();
   PrepStage stage(in, crops, windows, settings, committed, priority);
   stage.run();
@@ -89,6 +90,27 @@ TEST_CASE("prep stage alone: every crop of the grid, cached ones skipped, change
     REQUIRE((item.input.scalar_type() == at::kFloat));
     REQUIRE(item.input.sizes().vec() == std::vector<std::int64_t>{3, 16, 16});
   }
+
+  // With batch slots, the crops that are pushed (not the skipped one) fill batches of 3 in order,
+  // with the values of crops normalised one by one.
+  settings.batch_slots = 3;
+  RawQueue in_slots(kUnbounded);
+  in_slots.push(first);
+  in_slots.push(second);
+  in_slots.close();
+  CropQueue slotted(kUnbounded);
+  PrepStage(in_slots, slotted, windows, settings, committed, priority).run();
+  const std::vector<CropItem> in_batches = drain(slotted);
+  REQUIRE(in_batches.size() == out.size());
+  const at::Tensor& slot0 = in_batches[0].input;
+  for (std::size_t i = 0; i < in_batches.size(); ++i) {
+    CAPTURE(i);
+    REQUIRE(at::equal(in_batches[i].input, out[i].input));
+    REQUIRE(in_batches[i].input.is_contiguous());
+    REQUIRE(in_batches[i].input.storage().is_alias_of(slot0.storage()) == (i < 3));
+    if (i < 3) REQUIRE(in_batches[i].input.storage_offset() == std::int64_t(i) * slot0.numel());
+  }
+  REQUIRE(in_batches[3].input.storage_offset() == 0);  // the first slot of the next batch
 }
 
 TEST_CASE("encode stage alone: batches of the set size, a short last one padded and cut back, levels described") {
@@ -199,6 +221,24 @@ TEST_CASE("the window queue holds two batches of crops, and at least two windows
   CHECK(raw_queue_windows(64, 48) == 2);    // windows of many crops: two, as before
   CHECK(raw_queue_windows(64, 1000) == 2);
   CHECK(raw_queue_windows(4, 0) == 8);      // no window with crops: counted as one crop each
+}
+
+TEST_CASE("crops normalised into batch slots: an encoder that changes its input in place gets each crop once") {
+  // The encoder's batches are views of the prep stage's slots; the batch-size trials (auto) must
+  // not hand the same slots to the encoder before the batch that is stored.
+  testing::TempDir dir;
+  PrecomputeOptions in_place = small_run(dir, dir.file("in_place.h5"));
+  in_place.encoder = testing::fixture("in_place.pt");
+  in_place.batch_size = "auto";
+  PrecomputeOptions doubled = in_place;
+  doubled.encoder = testing::fixture("doubled.pt");
+  doubled.out = dir.file("doubled.h5");
+  const PrecomputeSummary a = run_precompute(plan_precompute(in_place));
+  const PrecomputeSummary b = run_precompute(plan_precompute(doubled));
+  REQUIRE(a.batch_size_trials.size() >= 2);
+  REQUIRE(a.crops_computed == 7 * 4);
+  const CacheFileReader got(in_place.out), want(doubled.out);
+  testing::require_same_rows(got.read_rows(0, got.rows()), want.read_rows(0, want.rows()));
 }
 
 TEST_CASE("the serial executor writes the cache the threaded one writes, bit for bit") {

@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <cmath>
+#include <stdexcept>
 
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
@@ -64,11 +65,22 @@ std::vector<float> per_channel_values(const std::vector<double>& values, std::in
 }  // namespace
 
 at::Tensor Preprocess::apply(const at::Tensor& raw) const {
+  at::Tensor out = at::empty(raw.sizes(), raw.options().dtype(at::kFloat).memory_format(at::MemoryFormat::Contiguous));
+  apply_into(raw, out);
+  return out;
+}
+
+void Preprocess::apply_into(const at::Tensor& raw, const at::Tensor& out) const {
+  if (out.scalar_type() != at::kFloat || !out.is_contiguous() || out.sizes() != raw.sizes()) {
+    throw std::logic_error("Preprocess::apply_into: out must be a contiguous float32 tensor of the input's shape");
+  }
   const std::int64_t c = raw.size(-3);  // [C, h, w], or [T, C, h, w]: per band, broadcast over time
   const std::int64_t plane = raw.size(-1) * raw.size(-2);
-  if (!raw.is_cpu() || plane == 0) return apply_with_aten(raw);
+  if (!raw.is_cpu() || !out.is_cpu() || plane == 0) {
+    out.copy_(apply_with_aten(raw));
+    return;
+  }
   const at::Tensor in = raw.contiguous();
-  at::Tensor out = at::empty(in.sizes(), in.options().dtype(at::kFloat));
   const std::int64_t planes = in.numel() / plane;
   const std::vector<float> m = per_channel_values(mean, c), s = per_channel_values(std, c);
   const float f = float(scale);
@@ -79,9 +91,8 @@ at::Tensor Preprocess::apply(const at::Tensor& raw) const {
     case at::kShort: normalise_planes(in.data_ptr<std::int16_t>(), dst, planes, c, plane, f, scaled, m, s); break;
     case at::kInt: normalise_planes(in.data_ptr<std::int32_t>(), dst, planes, c, plane, f, scaled, m, s); break;
     case at::kFloat: normalise_planes(in.data_ptr<float>(), dst, planes, c, plane, f, scaled, m, s); break;
-    default: return apply_with_aten(raw);
+    default: out.copy_(apply_with_aten(raw));
   }
-  return out;
 }
 
 at::Tensor Preprocess::apply_with_aten(const at::Tensor& raw) const {

@@ -23,6 +23,9 @@ struct Preprocess {
   // and four ATen operations per crop cost more than their arithmetic); the same bits as
   // apply_with_aten, which handles the rest.
   at::Tensor apply(const at::Tensor& raw) const;
+  // The same values written into `out`: a contiguous float32 tensor of raw's shape (a crop's slot
+  // in a batch the prep stage fills, so the encoder needs no copy to form its batch).
+  void apply_into(const at::Tensor& raw, const at::Tensor& out) const;
   at::Tensor apply_with_aten(const at::Tensor& raw) const;
 };
 

@@ -13,7 +13,33 @@
 namespace embcache {
 namespace {
 
+// Whether the inputs of items [begin, end) lie one after another in one tensor: consecutive
+// slots of a batch the prep stage filled (PrepStage::Settings::batch_slots).
+bool consecutive_slots(const std::vector<CropItem>& items, std::size_t begin, std::size_t end) {
+  const at::Tensor& first = items[begin].input;
+  if (!first.is_contiguous()) return false;
+  for (std::size_t i = begin + 1; i < end; ++i) {
+    const at::Tensor& t = items[i].input;
+    if (!t.is_contiguous() || t.sizes() != first.sizes() || t.scalar_type() != first.scalar_type() ||
+        !t.storage().is_alias_of(first.storage()) ||
+        t.storage_offset() != first.storage_offset() + std::int64_t(i - begin) * first.numel()) {
+      return false;
+    }
+  }
+  return true;
+}
+
+// The inputs of items [begin, end) as one batch: a view when they are consecutive slots (the
+// copy cost MobileNetV2's 64-crop batches of 96 px 0.10-0.13 s of a 10-s run, between calls,
+// on the encoder's thread), else stacked.
 at::Tensor stack_inputs(const std::vector<CropItem>& items, std::size_t begin, std::size_t end) {
+  if (consecutive_slots(items, begin, end)) {
+    const at::Tensor& first = items[begin].input;
+    std::vector<std::int64_t> sizes{std::int64_t(end - begin)}, strides{first.numel()};
+    sizes.insert(sizes.end(), first.sizes().begin(), first.sizes().end());
+    strides.insert(strides.end(), first.strides().begin(), first.strides().end());
+    return first.as_strided(sizes, strides, first.storage_offset());
+  }
   std::vector<at::Tensor> inputs;
   inputs.reserve(end - begin);
   for (std::size_t i = begin; i < end; ++i) inputs.push_back(items[i].input);
@@ -103,7 +129,9 @@ void EncodeStage::choose_batch_size(std::vector<CropItem>& pending) {
   BatchSizeSearch search;
   for (auto c : usable) {
     // Best of two: the first call at a new shape pays allocation and kernel selection.
-    const at::Tensor inputs = stack_inputs(pending, 0, std::size_t(c));
+    // A copy: the batch later emitted is a view of the same slots, and an encoder may change its
+    // input in place.
+    const at::Tensor inputs = stack_inputs(pending, 0, std::size_t(c)).clone();
     double fastest = 1e30;
     for (int repeat = 0; repeat < 2; ++repeat) {
       const auto t0 = Clock::now();

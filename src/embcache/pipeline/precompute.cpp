@@ -222,6 +222,8 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   Progress progress("precompute", summary.crops_total, plan.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
   PrepStage::Settings prep{plan.grid, plan.cropper, plan.preprocess, labels, plan.allow_nonfinite, encoder->optimized()};
   prep.cropper.mask_pad_value = labels.ignore_index;
+  // Under --batch-size auto every candidate divides the largest, so batches stay aligned to slots.
+  prep.batch_slots = plan.max_batch();
   EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.layout, plan.storage.dtype,
                                hooks.on_encoder_call};
   Stages stages{

@@ -45,7 +45,8 @@ bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
       ++stale;
     }
     item.split = info.split;
-    item.input = settings_.preprocess.apply(crop.pixels);
+    item.input = next_slot(crop.pixels.sizes());
+    settings_.preprocess.apply_into(crop.pixels, item.input);
     // Noted for the error message: NaN features from NaN pixels need the dataset fixed. Only
     // float pixels can hold NaN/Inf, so integer datasets skip the pass.
     if (!settings_.allow_nonfinite && crop.pixels.is_floating_point()) {
@@ -67,6 +68,17 @@ bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
   return true;
 }
 
+at::Tensor PrepStage::next_slot(at::IntArrayRef shape) {
+  if (settings_.batch_slots <= 0) return at::empty(shape, at::kFloat);
+  if (!batch_.defined() || batch_used_ == batch_.size(0) || batch_.sizes().slice(1) != shape) {
+    std::vector<std::int64_t> sizes{settings_.batch_slots};
+    sizes.insert(sizes.end(), shape.begin(), shape.end());
+    batch_ = at::empty(sizes, at::kFloat);
+    batch_used_ = 0;
+  }
+  return batch_[batch_used_++];
+}
+
 void PrepStage::run() {
   bool normal_now = true;  // threads start at normal scheduling
   priority_.follow(normal_now);
@@ -76,6 +88,7 @@ void PrepStage::run() {
     if (!prepare(*raw, watch)) return;
     watch.add_to(time);
   }
+  batch_ = at::Tensor();  // its crops keep it while they need it
   out_.close();
 }
 

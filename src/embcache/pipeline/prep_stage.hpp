@@ -33,6 +33,10 @@ class PrepStage {
     // An optimised encoder's fused activations turn NaN into numbers (oneDNN's ReLU maps it to
     // 0), so the features would not show it: NaN/Inf input pixels are refused here instead.
     bool refuse_nonfinite_input = false;
+    // Crops are normalised into batches of this many slots, in the order they are pushed, so
+    // that the encoder forms its batches of them without a copy (EncodeStage); 0: each crop
+    // in a tensor of its own.
+    std::int64_t batch_slots = 0;
   };
   // `committed`: the cache's rows, map_key -> content hash.
   PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,
@@ -48,6 +52,9 @@ class PrepStage {
  private:
   // False when the crop queue was closed (the run failed).
   bool prepare(const RawWindow& raw, StageStopwatch& watch);
+  // Where the next crop's input goes: the next slot of the batch being filled (a crop of another
+  // shape starts a new one), or a tensor of its own.
+  at::Tensor next_slot(at::IntArrayRef shape);
 
   RawQueue& in_;
   CropQueue& out_;
@@ -55,6 +62,8 @@ class PrepStage {
   const Settings settings_;
   const std::unordered_map<std::string, std::uint64_t>& committed_;
   const StagePriority& priority_;
+  at::Tensor batch_;  // [batch_slots, crop shape], filled up to batch_used_
+  std::int64_t batch_used_ = 0;
 };
 
 }  // namespace embcache
