@@ -99,7 +99,7 @@ class ArrayDataset final : public WindowSource {
     const std::int64_t i = row - block_.start;
     WindowData data;
     data.pixels = row_of(block_.pixels, i);
-    if (kinds_.has_class) data.label_class = block_.classes[std::size_t(i)];
+    if (kinds_.has_class) data.label_class = class_ids_[index];
     if (kinds_.has_value) data.label_value = row_of(block_.values, i);
     if (kinds_.has_mask) data.mask = row_of(block_.mask, i);
     return data;
@@ -109,16 +109,16 @@ class ArrayDataset final : public WindowSource {
   // A chunk shared by several blocks stays cached until its rows are read, up to this many bytes
   // per dataset (docs/dataset-formats.md).
   static constexpr std::int64_t kRowChunkCacheBytes = std::int64_t(256) << 20;
-  // A block holds at most this many bytes of pixels, labels and masks (and at least one row).
+  // A block holds at most this many bytes of pixels and masks (and at least one row).
   static constexpr std::int64_t kBlockBytes = std::int64_t(4) << 20;
 
-  // Rows [start, start + rows) of every dataset of the file.
+  // Rows [start, start + rows) of the file's per-pixel and value datasets (class ids are read
+  // whole when the file is opened, to validate them, and kept).
   struct Block {
     std::int64_t start = 0, rows = 0;
-    at::Tensor pixels;                  // [rows, (T,) C, H, W]
-    std::vector<std::int64_t> classes;  // [rows] with class labels
-    at::Tensor values;                  // [rows] or [rows, K] with value labels
-    at::Tensor mask;                    // [rows, H, W] with masks
+    at::Tensor pixels;  // [rows, (T,) C, H, W]
+    at::Tensor values;  // [rows] or [rows, K] with value labels
+    at::Tensor mask;    // [rows, H, W] with masks
   };
 
   // A copy of row i of `rows` (contiguous): one allocation and a memcpy, cheaper than ATen's
@@ -145,10 +145,6 @@ class ArrayDataset final : public WindowSource {
     if (time_steps_ > 0) shape.insert(shape.begin() + 1, time_steps_);
     b.pixels = at::empty(shape, at::TensorOptions().dtype(pixel_.scalar));
     h5::read_rows(images_.get(), pixel_.mem_type, hsize_t(start), hsize_t(rows), b.pixels.data_ptr(), path_ + ":/images");
-    if (kinds_.has_class) {
-      b.classes.resize(std::size_t(rows));
-      h5::read_rows(labels_.get(), H5T_NATIVE_INT64, hsize_t(start), hsize_t(rows), b.classes.data(), path_ + ":/labels");
-    }
     if (kinds_.has_value) {
       b.values = kinds_.value_width == 0 ? at::empty({rows}, at::kFloat) : at::empty({rows, kinds_.value_width}, at::kFloat);
       h5::read_rows(labels_.get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(rows), b.values.data_ptr(), path_ + ":/labels");
@@ -217,7 +213,8 @@ class ArrayDataset final : public WindowSource {
     if (cls == H5T_INTEGER && dims.size() == 1) {
       kinds_.has_class = true;
       // Validate class ids now: one negative id would silently poison every later metric.
-      std::vector<std::int64_t> ids(dims[0]);
+      std::vector<std::int64_t>& ids = class_ids_;
+      ids.resize(dims[0]);
       h5::read_rows(labels_.get(), H5T_NATIVE_INT64, 0, dims[0], ids.data(), path_ + ":/labels");
       for (std::size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] < 0) {
@@ -267,6 +264,7 @@ class ArrayDataset final : public WindowSource {
   std::string pixel_type_name_;
   std::vector<WindowInfo> windows_;
   LabelKinds kinds_;
+  std::vector<std::int64_t> class_ids_;  // /labels, with class labels
   Block block_;
 };
 
