@@ -2,7 +2,8 @@
 // the same batches through a freshly loaded copy of the encoder alone (no I/O, warm-up
 // included as in the run; --warm-up-input pays the process's one-time costs before both), and
 // plain HDF5 write speed measured in the same process as the yardstick. Prints one JSON
-// object; scripts/bench_precompute.sh drives it. Not a test: it asserts nothing.
+// object, with what the machine did during the run and the encoder-only pass (host_load.hpp);
+// scripts/bench_precompute.sh drives it. Not a test: it asserts nothing.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
@@ -22,6 +23,7 @@
 #include "embcache/h5/process_settings.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_reader.hpp"
+#include "host_load.hpp"
 
 namespace {
 
@@ -132,13 +134,18 @@ int main(int argc, char** argv) {
     if (!warm_up_input.empty()) warm_up_process(plan, warm_up_input);
     embcache::PrecomputeHooks hooks;
     hooks.serial = serial;
+    const bench::HostLoad run_load;
     const embcache::PrecomputeSummary summary = embcache::run_precompute(plan, hooks);
+    const nlohmann::json host_during_run = run_load.since_start();
     if (summary.crops_computed == 0) throw embcache::InputError("the run encoded nothing; nothing to compare");
     nlohmann::json j = summary.to_json();
     if (summary.encoder_optimized) {  // what the run measured: max |optimised - plain| / max |plain| per output
       j["optimize_difference"] = embcache::CacheReader(options.out).signature()["computed_with"]["optimize_difference"];
     }
+    const bench::HostLoad alone_load;
     const auto [alone, first_calls] = encoder_only_seconds(plan, summary);
+    j["host_during_encoder_only"] = alone_load.since_start();
+    j["host_during_run"] = host_during_run;
     j["encoder_only_seconds"] = alone;
     j["encoder_only_first_calls_seconds"] = first_calls;
     j["wall_over_encoder_only"] = summary.seconds / alone;

@@ -22,7 +22,9 @@
 # Each measured pass still loads its model afresh and pays its own TorchScript warm-up. Known
 # bias: a third copy in one process pays more in its first calls than a second (LibTorch's own
 # behaviour); encoder-only is the third copy in bench_precompute's process (docs/precompute.md).
-# Prints the medians (min-max) and the ratios the issue's targets are about.
+# Prints the medians (min-max) and the ratios the issue's targets are about, then each round with
+# what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
+# outside interference.
 # The table also gives the difference from the plain encoder the run measured (max over outputs of
 # max |optimised - plain| / max |plain|).
 #   PLAIN=1        adds the same run with --no-optimize (the plain module, the default before
@@ -99,6 +101,20 @@ for m in models:
           f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):23.3f}  {max(fwd) / min(fwd):14.3f}  {optimised}")
 print("targets: enc/only <= 1.05, wall/only <= 1.10, wall/pyfwd <= 1.10, wall/pyscript < 1, slow mode <= 1.15")
 print("py fwd max/min: the same spread of the Python loop's forward calls (the machine's own noise)")
+print()
+print("per round, what the machine did meanwhile (host_load.hpp): seconds, then the process's CPU seconds,")
+print("the VM's steal seconds (its CPUs given to others by the hypervisor) and other processes' CPU seconds")
+def host(j):
+    h = j.get("host")
+    return f"cpu {h['cpu_seconds']:5.1f} st {h['steal_seconds']:4.2f} oth {h['others_cpu_seconds']:4.2f}" if h else ""
+print(f"{'model':14} {'round':>5}  " + "  ".join(f"{c:>36}" for c in ("enc in run (host: whole run)", "encoder-only", "py script")))
+for m in models:
+    for r in range(1, repeats + 1):
+        run, py = json.load(open(f"{work}/{m}-run-{r}.json")), json.load(open(f"{work}/{m}-py-{r}.json"))
+        cells = [f"{run['encoder_seconds']:6.2f} {host({'host': run.get('host_during_run')})}",
+                 f"{run['encoder_only_seconds']:6.2f} {host({'host': run.get('host_during_encoder_only')})}",
+                 f"{py['seconds']:6.2f} {host(py)}"]
+        print(f"{m:14} {r:5}  " + "  ".join(f"{c:>36}" for c in cells))
 if plain:
     print()
     print("--no-optimize (the plain module, as loaded), the same runs:")

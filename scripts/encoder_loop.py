@@ -12,8 +12,9 @@ TorchScript file over the same uint8 images in batches, under torch.inference_mo
 
 Usage: encoder_loop.py ENCODER DATASET --levels 1,2 [--batch 64] [--threads 2] [--mode forward]
                        [--out OUT.h5]
-Prints one JSON object: seconds, forward_seconds, load_seconds, batches (--mode both: forward_seconds
-of the forward pass, seconds and script_forward_seconds of the script). Run it with MALLOC_MMAP_THRESHOLD_ set
+Prints one JSON object: seconds, forward_seconds, load_seconds, batches, host (what the machine did
+meanwhile: the process's CPU, steal and other processes' CPU seconds) (--mode both: forward_seconds
+of the forward pass, seconds, script_forward_seconds and host of the script). Run it with MALLOC_MMAP_THRESHOLD_ set
 high (bench_encoders.sh does) so glibc reuses freed activations instead of mapping fresh pages.
 Each pass starts with the freed memory of what ran before it (the warm-up, the forward pass)
 returned to the system, as a script of its own starts with none, and as precompute's run starts
@@ -24,6 +25,7 @@ import argparse
 import ctypes
 import gc
 import json
+import os
 import time
 
 import h5py
@@ -60,6 +62,25 @@ def main():
         print(json.dumps(run(args, levels, args.mode)))
 
 
+def host_sample():
+    """(wall, this process's CPU seconds, all CPUs' busy seconds, steal seconds) from /proc/stat,
+    as bench/host_load.hpp reads them for embcache's side."""
+    with open("/proc/stat") as f:
+        fields = [float(v) for v in f.readline().split()[1:9]]
+    tick = 1.0 / os.sysconf("SC_CLK_TCK")
+    user, nice, system, _idle, _iowait, irq, softirq, steal = fields
+    return time.perf_counter(), time.process_time(), (user + nice + system + irq + softirq) * tick, steal * tick
+
+
+def host_load(start):
+    """What the machine did since `start` (host_sample()): the process's CPU, steal, and the CPU
+    time of every other process; a slow round with steal or others' CPU was slowed from outside."""
+    end = host_sample()
+    own, busy = end[1] - start[1], end[2] - start[2]
+    return {"wall_seconds": end[0] - start[0], "cpu_seconds": own, "steal_seconds": end[3] - start[3],
+            "others_cpu_seconds": max(0.0, busy - own)}
+
+
 def return_freed_memory():
     """Returns the memory glibc keeps for reuse to the system (malloc_trim ignores
     MALLOC_TRIM_THRESHOLD_), as the end of precompute's allocator scope does."""
@@ -81,6 +102,7 @@ def warm_up(args):
 
 
 def run(args, levels, mode):
+    host = host_sample()
     t_load = time.perf_counter()
     model = torch.jit.load(args.encoder).eval()
     load_seconds = time.perf_counter() - t_load
@@ -114,7 +136,7 @@ def run(args, levels, mode):
         src.close()
     end = time.perf_counter()
     return {"seconds": end - (t_load if mode == "script" else t0), "forward_seconds": forward, "load_seconds": load_seconds,
-            "batches": (n + args.batch - 1) // args.batch, "mode": mode}
+            "batches": (n + args.batch - 1) // args.batch, "mode": mode, "host": host_load(host)}
 
 
 if __name__ == "__main__":

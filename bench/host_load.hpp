@@ -1,0 +1,68 @@
+// What the machine did while a benchmark measured something: this process's CPU time, and from
+// /proc/stat the time the hypervisor gave the VM's CPUs to others (steal) and the CPU time of
+// every other process. A round that is slow with steal or other processes' CPU behind it was
+// slowed from outside; one that is slow without is the measured code's own slow mode.
+#pragma once
+
+#include <sys/resource.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace bench {
+
+class HostLoad {
+ public:
+  HostLoad() : start_(now()) {}
+
+  // Since construction: wall, this process's CPU seconds, all CPUs' steal seconds, and the CPU
+  // seconds (user, system, interrupts) of everything but this process.
+  nlohmann::json since_start() const {
+    const Sample end = now();
+    const double wall = end.wall - start_.wall;
+    const double own = end.own_cpu - start_.own_cpu;
+    const double busy = end.busy - start_.busy;
+    nlohmann::json j;
+    j["wall_seconds"] = wall;
+    j["cpu_seconds"] = own;
+    j["steal_seconds"] = end.steal - start_.steal;
+    j["others_cpu_seconds"] = busy > own ? busy - own : 0.0;
+    return j;
+  }
+
+ private:
+  struct Sample {
+    double wall = 0, own_cpu = 0, busy = 0, steal = 0;  // -1 where /proc/stat is not readable
+  };
+
+  static Sample now() {
+    Sample s;
+    s.wall = std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+    rusage usage{};
+    getrusage(RUSAGE_SELF, &usage);
+    s.own_cpu = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
+                1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    // "cpu  user nice system idle iowait irq softirq steal guest guest_nice", in clock ticks.
+    std::ifstream stat("/proc/stat");
+    std::string line, label;
+    double user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0, steal = 0;
+    if (!std::getline(stat, line)) {
+      s.busy = s.steal = -1;
+      return s;
+    }
+    std::istringstream(line) >> label >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+    const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
+    s.busy = (user + nice + system + irq + softirq) * tick;
+    s.steal = steal * tick;
+    return s;
+  }
+
+  Sample start_;
+};
+
+}  // namespace bench
