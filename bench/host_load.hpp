@@ -20,8 +20,9 @@ class HostLoad {
  public:
   HostLoad() : start_(now()) {}
 
-  // Since construction: wall, this process's CPU seconds, all CPUs' steal seconds, and the CPU
-  // seconds (user, system, interrupts) of everything but this process.
+  // Since construction: wall, this process's CPU seconds, minor page faults and context
+  // switches, all CPUs' steal
+  // seconds, and the CPU seconds (user, system, interrupts) of everything but this process.
   nlohmann::json since_start() const {
     const Sample end = now();
     const double wall = end.wall - start_.wall;
@@ -32,12 +33,16 @@ class HostLoad {
     j["cpu_seconds"] = own;
     j["steal_seconds"] = end.steal - start_.steal;
     j["others_cpu_seconds"] = busy > own ? busy - own : 0.0;
+    j["minor_faults"] = end.minor_faults - start_.minor_faults;
+    j["context_switches"] = end.context_switches - start_.context_switches;
     return j;
   }
 
  private:
   struct Sample {
     double wall = 0, own_cpu = 0, busy = 0, steal = 0;  // -1 where /proc/stat is not readable
+    long minor_faults = 0;      // this process's: pages it touched for the first time
+    long context_switches = 0;  // this process's threads': waits and preemptions
   };
 
   static Sample now() {
@@ -47,6 +52,8 @@ class HostLoad {
     getrusage(RUSAGE_SELF, &usage);
     s.own_cpu = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                 1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    s.minor_faults = usage.ru_minflt;
+    s.context_switches = usage.ru_nvcsw + usage.ru_nivcsw;
     // "cpu  user nice system idle iowait irq softirq steal guest guest_nice", in clock ticks.
     std::ifstream stat("/proc/stat");
     std::string line, label;
