@@ -881,6 +881,36 @@ TEST_CASE("a queue wait for more items than the queue holds returns once it is f
   CHECK_FALSE(queue.pop().has_value());
 }
 
+TEST_CASE("a queue wakes each waiting consumer when what it waits for is queued: a pop at the first item, a batch at its last" * doctest::test_suite("core")) {
+  BoundedQueue<int> queue(8);
+  std::atomic<int> batch_ready{0};
+  std::atomic<bool> popped{false};
+  std::thread batch([&] {
+    queue.wait_for_items(3);
+    batch_ready = int(queue.space() <= 8 - 3);
+  });
+  std::thread single([&] {
+    popped = queue.pop().has_value();
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both are waiting
+  queue.push(1);  // wakes the pop, not the batch: one item is not three
+  for (int i = 0; i < 200 && !popped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  CHECK(popped.load());
+  queue.push(2);
+  queue.push(3);
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(batch_ready.load() == 0);  // two queued (the first was popped)
+  queue.push(4);
+  batch.join();
+  single.join();
+  CHECK(batch_ready.load() == 1);
+  CHECK(queue.space() == 5);
+  queue.wait_for_items(0);  // nothing to wait for
+  queue.close();
+  CHECK(queue.closed());
+  CHECK(queue.space() == 0);
+}
+
 TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only while it lives" * doctest::test_suite("encoder")) {
   // glibc reports memory in mmapped blocks (hblkhd): a 64 MiB block is mmapped by default, taken
   // from the heap inside the scope, and mmapped again once the scope has ended.

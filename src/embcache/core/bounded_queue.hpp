@@ -7,6 +7,7 @@
 #include <functional>
 #include <mutex>
 #include <optional>
+#include <set>
 
 namespace embcache {
 
@@ -19,15 +20,19 @@ class BoundedQueue {
   // several queues (the I/O stage) sleep on one condition variable of its own.
   void set_listener(std::function<void()> listener) { listener_ = std::move(listener); }
 
-  // Blocks while full; false when the queue was closed (the item is dropped).
+  // Blocks while full; false when the queue was closed (the item is dropped). Wakes a consumer
+  // only when it has what it waits for: an encoder waiting for a batch of 64 crops is woken once,
+  // not by each crop (each wake-up took the core from the stage that was filling the batch).
   bool push(T item) {
+    bool enough = false;
     {
       std::unique_lock<std::mutex> lock(mutex_);
       not_full_.wait(lock, [&] { return closed_ || items_.size() < capacity_; });
       if (closed_) return false;
       items_.push_back(std::move(item));
+      enough = !wanted_.empty() && items_.size() >= *wanted_.begin();
     }
-    not_empty_.notify_all();  // a pop() and a wait_for_items() may both wait
+    if (enough) not_empty_.notify_all();  // a pop() and a wait_for_items() may both wait
     notify_listener();
     return true;
   }
@@ -37,7 +42,7 @@ class BoundedQueue {
     std::optional<T> item;
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      not_empty_.wait(lock, [&] { return closed_ || !items_.empty(); });
+      wait_until_queued(lock, 1);
       if (items_.empty()) return std::nullopt;
       item = std::move(items_.front());
       items_.pop_front();
@@ -75,8 +80,9 @@ class BoundedQueue {
   // Blocks until `n` items (at most the capacity) are queued or the queue is closed.
   void wait_for_items(std::size_t n) const {
     n = std::min(n, capacity_);
+    if (n == 0) return;
     std::unique_lock<std::mutex> lock(mutex_);
-    not_empty_.wait(lock, [&] { return closed_ || items_.size() >= n; });
+    wait_until_queued(lock, n);
   }
 
   // Blocks until there is room for an item or the queue is closed.
@@ -103,8 +109,26 @@ class BoundedQueue {
     std::lock_guard<std::mutex> lock(mutex_);
     return closed_ && items_.empty();
   }
+  std::size_t capacity() const { return capacity_; }
+  bool closed() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return closed_;
+  }
+  // Free places; 0 once closed.
+  std::size_t space() const {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return closed_ ? 0 : capacity_ - items_.size();
+  }
 
  private:
+  // Under the lock: waits until `n` items are queued or the queue is closed, with `n` among the
+  // counts that push() wakes consumers for.
+  void wait_until_queued(std::unique_lock<std::mutex>& lock, std::size_t n) const {
+    const auto want = wanted_.insert(n);
+    not_empty_.wait(lock, [&] { return closed_ || items_.size() >= n; });
+    wanted_.erase(want);
+  }
+
   void notify_listener() {
     if (listener_) listener_();
   }
@@ -112,6 +136,7 @@ class BoundedQueue {
   mutable std::mutex mutex_;
   mutable std::condition_variable not_empty_, not_full_;
   std::deque<T> items_;
+  mutable std::multiset<std::size_t> wanted_;  // what each waiting consumer waits for
   bool closed_ = false;
   std::function<void()> listener_;
 };

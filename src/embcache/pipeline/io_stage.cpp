@@ -1,5 +1,6 @@
 #include "embcache/pipeline/io_stage.hpp"
 
+#include <algorithm>
 #include <chrono>
 
 #include "embcache/core/stop_request.hpp"
@@ -10,13 +11,15 @@ namespace embcache {
 IoStage::IoStage(WindowSource& source, RawQueue& raw, RowQueue& rows, CacheStore& store, RunContext& context,
                  const StagePriority& priority, Progress& progress, const std::atomic<std::int64_t>& done_elsewhere)
     : source_(source), raw_(raw), rows_(rows), store_(store), context_(context), priority_(priority),
-      progress_(progress), done_elsewhere_(done_elsewhere) {
+      progress_(progress), done_elsewhere_(done_elsewhere), refill_(std::max<std::size_t>(1, raw.capacity() / 2)) {
   // This thread waits on two queues at once: both wake it through one condition variable.
   auto wake = [this] {
     { std::lock_guard<std::mutex> lock(wake_mutex_); }
     wake_.notify_all();
   };
-  raw_.set_listener(wake);
+  raw_.set_listener([this, wake] {
+    if (raw_.closed() || raw_.space() >= refill_) wake();
+  });
   rows_.set_listener(wake);
 }
 
@@ -71,7 +74,7 @@ void IoStage::wait_for_work() {
   std::unique_lock<std::mutex> lock(wake_mutex_);
   wake_.wait_for(lock, std::chrono::milliseconds(100), [&] {
     return context_.failed() || rows_.has_items() || rows_.drained() ||
-           (!reading_done_ && (raw_.has_space() || stop_requested()));
+           (!reading_done_ && (raw_.space() >= refill_ || stop_requested()));
   });
 }
 
