@@ -724,6 +724,25 @@ class BusyThreads {
   std::vector<std::thread> threads_;
 };
 
+TEST_CASE("the throttle helper waits for the decision, and gives up once the run is over") {
+  StagePriority light(StageScheduling::kAuto);
+  std::atomic<int> decided{-1};
+  std::thread waiter([&] { decided = int(light.wait_decided([] { return false; })); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  CHECK(decided.load() == -1);  // undecided: still waiting
+  for (int i = 0; i < 8; ++i) light.observe(1e9, 0.01);  // 100 GB/s of features: light
+  waiter.join();
+  CHECK(decided.load() == 1);
+
+  StagePriority undecided(StageScheduling::kAuto);
+  std::atomic<bool> over{false};
+  std::thread helper([&] { decided = int(undecided.wait_decided([&] { return over.load(); })); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  over = true;
+  helper.join();
+  CHECK(decided.load() == 0);
+}
+
 TEST_CASE("under auto, idle stages that keep the encoder waiting for a core move to normal scheduling") {
   StagePriority heavy(StageScheduling::kAuto), disk(StageScheduling::kAuto), unknown(StageScheduling::kAuto),
       fresh(StageScheduling::kAuto), idle(StageScheduling::kIdle);

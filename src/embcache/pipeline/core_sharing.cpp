@@ -160,7 +160,12 @@ std::string StagePriority::decision() const {
 }
 
 bool StagePriority::wait_decided(const std::function<bool()>& finished) const {
-  while (state_.load() == kUndecided && !finished()) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  // Woken by the decision and at the end of each encoder call (both notify gate_open_); the
+  // timeout only bounds how late `finished` is seen. Polling every 2 ms instead woke this thread
+  // 500 times a second, each time taking a core from the encoder's OpenMP workers: ViT-B/16's
+  // 10-s runs, undecided throughout, switched context ~10,000 times.
+  std::unique_lock<std::mutex> lock(gate_mutex_);
+  while (state_.load() == kUndecided && !finished()) gate_open_.wait_for(lock, std::chrono::milliseconds(20));
   return state_.load() == kNormal;
 }
 

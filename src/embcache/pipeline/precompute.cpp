@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -74,14 +75,17 @@ void run_threaded(Stages& s, RunContext& context, const StagePriority& priority,
   std::thread convert = stage([&] { s.convert.run(); });
   std::mutex mutex;
   std::condition_variable encoded;
-  bool encoder_done = false;
+  bool encoder_done = false;  // under mutex
+  std::atomic<bool> encoding_over{false};
   std::thread throttler([&] {
-    if (!priority.wait_decided([&] { return s.io.finished.load() || context.failed(); }) || plan.device.is_cuda()) return;
+    const auto over = [&] { return encoding_over.load() || context.failed(); };
+    if (!priority.wait_decided(over) || plan.device.is_cuda()) return;
     const OpenMpSpinThrottle throttle(plan.threads);
     std::unique_lock<std::mutex> lock(mutex);
     encoded.wait(lock, [&] { return encoder_done; });
   });
   context.run([&] { s.encode.run(); });
+  encoding_over = true;
   {
     std::lock_guard<std::mutex> lock(mutex);
     encoder_done = true;
