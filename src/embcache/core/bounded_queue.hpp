@@ -109,16 +109,6 @@ class BoundedQueue {
     std::lock_guard<std::mutex> lock(mutex_);
     return closed_ && items_.empty();
   }
-  std::size_t capacity() const { return capacity_; }
-  bool closed() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return closed_;
-  }
-  // Free places; 0 once closed.
-  std::size_t space() const {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return closed_ ? 0 : capacity_ - items_.size();
-  }
 
  private:
   // Under the lock: waits until `n` items are queued or the queue is closed, with `n` among the

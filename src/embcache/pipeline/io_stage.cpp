@@ -1,6 +1,5 @@
 #include "embcache/pipeline/io_stage.hpp"
 
-#include <algorithm>
 #include <chrono>
 
 #include "embcache/core/stop_request.hpp"
@@ -11,15 +10,17 @@ namespace embcache {
 IoStage::IoStage(WindowSource& source, RawQueue& raw, RowQueue& rows, CacheStore& store, RunContext& context,
                  const StagePriority& priority, Progress& progress, const std::atomic<std::int64_t>& done_elsewhere)
     : source_(source), raw_(raw), rows_(rows), store_(store), context_(context), priority_(priority),
-      progress_(progress), done_elsewhere_(done_elsewhere), refill_(std::max<std::size_t>(1, raw.capacity() / 2)) {
+      progress_(progress), done_elsewhere_(done_elsewhere) {
   // This thread waits on two queues at once: both wake it through one condition variable.
   auto wake = [this] {
     { std::lock_guard<std::mutex> lock(wake_mutex_); }
     wake_.notify_all();
   };
-  raw_.set_listener([this, wake] {
-    if (raw_.closed() || raw_.space() >= refill_) wake();
-  });
+  // Woken for each window the prep stage takes, the reader keeps pace with prep, which waits at
+  // the stage gate while an encoder call runs. Refilling half the queue per wake-up (fewer
+  // wake-ups) read bursts of windows past that gate, during calls; MobileNetV2's in run / alone
+  // was higher in the benchmark runs that followed, so it was taken back (docs/precompute.md).
+  raw_.set_listener(wake);
   rows_.set_listener(wake);
 }
 
@@ -74,7 +75,7 @@ void IoStage::wait_for_work() {
   std::unique_lock<std::mutex> lock(wake_mutex_);
   wake_.wait_for(lock, std::chrono::milliseconds(100), [&] {
     return context_.failed() || rows_.has_items() || rows_.drained() ||
-           (!reading_done_ && (raw_.space() >= refill_ || stop_requested()));
+           (!reading_done_ && (raw_.has_space() || stop_requested()));
   });
 }
 

@@ -56,9 +56,6 @@ class IoStage {
   bool reading_done_ = false;
   bool levels_set_ = false;
   std::exception_ptr read_error_;  // a read that failed between two chunks of a batch
-  // Free places in the raw queue that wake this thread to read: half of it, so windows are read
-  // in runs rather than one for each window the prep stage takes (each was a wake-up).
-  const std::size_t refill_;
   std::mutex wake_mutex_;
   std::condition_variable wake_;
 };
