@@ -21,8 +21,8 @@ class HostLoad {
   HostLoad() : start_(now()) {}
 
   // Since construction: wall, this process's CPU seconds, minor page faults and context
-  // switches, all CPUs' steal
-  // seconds, and the CPU seconds (user, system, interrupts) of everything but this process.
+  // switches, all CPUs' steal seconds, and the CPU seconds (user, system, interrupts) of
+  // everything but this process.
   nlohmann::json since_start() const {
     const Sample end = now();
     const double wall = end.wall - start_.wall;

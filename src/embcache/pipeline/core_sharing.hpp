@@ -66,8 +66,8 @@ class StagePriority {
   // watching, its length and the watched threads' run delay meanwhile go to encoder_waited.
   void encoder_waits(const std::function<void()>& wait);
   // Blocks until decided, or until `finished` says the run is over (looked at after each
-  // encoder call, and at least every 20 ms); true
-  // when the stages run at normal scheduling because the encoder is light (or as told).
+  // encoder call, and at least every 20 ms); true when the stages run at normal scheduling
+  // because the encoder is light (or as told).
   bool wait_decided(const std::function<bool()>& finished) const;
   std::string decision() const;  // normal | idle | idle (undecided) | normal (idle stages starved)
 

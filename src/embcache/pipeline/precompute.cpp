@@ -75,17 +75,15 @@ void run_threaded(Stages& s, RunContext& context, const StagePriority& priority,
   std::thread convert = stage([&] { s.convert.run(); });
   std::mutex mutex;
   std::condition_variable encoded;
-  bool encoder_done = false;  // under mutex
-  std::atomic<bool> encoding_over{false};
+  std::atomic<bool> encoder_done{false};  // set under mutex, for the wait below
   std::thread throttler([&] {
-    const auto over = [&] { return encoding_over.load() || context.failed(); };
+    const auto over = [&] { return encoder_done.load() || context.failed(); };
     if (!priority.wait_decided(over) || plan.device.is_cuda()) return;
     const OpenMpSpinThrottle throttle(plan.threads);
     std::unique_lock<std::mutex> lock(mutex);
-    encoded.wait(lock, [&] { return encoder_done; });
+    encoded.wait(lock, [&] { return encoder_done.load(); });
   });
   context.run([&] { s.encode.run(); });
-  encoding_over = true;
   {
     std::lock_guard<std::mutex> lock(mutex);
     encoder_done = true;
