@@ -126,6 +126,10 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   CHECK(first.seconds_before_first_encoder_call + first.encoder_seconds + first.seconds_after_last_encoder_call <=
         first.seconds);
   CHECK(j["seconds_before_first_encoder_call"].get<double>() == first.seconds_before_first_encoder_call);
+  // The encoder's waits for the other stages lie outside its calls.
+  CHECK(first.encoder_wait_seconds >= 0);
+  CHECK(first.encoder_wait_seconds <= first.seconds - first.encoder_seconds);
+  CHECK(j["encoder_waits"].get<std::int64_t>() == first.encoder_waits);
   const auto before = fs::last_write_time(s.cache);
   const auto content = CacheReader(s.cache).content_id();
   REQUIRE(content);

@@ -2,8 +2,10 @@
 // and the serial executor against the threaded one.
 #include "doctest_torch.hpp"
 
+#include <chrono>
 #include <limits>
 #include <string>
+#include <thread>
 #include <unordered_map>
 
 #include "embcache/core/error.hpp"
@@ -155,6 +157,37 @@ TEST_CASE("encode stage alone: batches of the set size, a short last one padded 
   REQUIRE(stage.stats.batch_size == 4);
   REQUIRE(stage.stats.calls == 2);
   REQUIRE(stage.stats.input_shape == std::vector<std::int64_t>{3, 16, 16});
+}
+
+TEST_CASE("encode stage: the crops a batch lacks are waited for together, not one by one") {
+  // A producer slower than the encoder: crops come one every 5 ms. Each wait for crops wakes the
+  // encoder thread and its OpenMP team, so the encoder waits at most once per batch it fills
+  // (taking crops singly, it waited for each of the first batch's).
+  Encoder encoder(testing::fixture("multi_scripted.pt"), c10::Device(c10::kCPU), Amp::kNone);
+  CropQueue crops(16);
+  EncodedQueue encoded(kUnbounded);
+  std::thread producer([&] {
+    for (int i = 0; i < 17; ++i) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+      CropItem item;
+      item.key = CropKey{"g", "w" + std::to_string(i), Bounds{0, 0, 16, 16}};
+      item.input = at::randn({3, 16, 16});
+      crops.push(std::move(item));
+    }
+    crops.close();
+  });
+  EncodeStage::Settings settings;
+  settings.batch_size = 8;
+  StagePriority priority(StageScheduling::kNormal);
+  RunContext context;
+  EncodeStage stage(crops, encoded, encoder, settings, priority, context);
+  stage.run();
+  producer.join();
+  REQUIRE(stage.stats.calls == 3);  // 8, 8 and the last crop padded to 8
+  REQUIRE(drain(encoded).size() == 3);
+  CHECK(stage.stats.waits >= 1);  // the first crop comes 5 ms after the start
+  CHECK(stage.stats.waits <= stage.stats.calls);
+  CHECK(stage.stats.wait_seconds > 0);
 }
 
 TEST_CASE("convert stage alone: rows in the storage dtype with their labels; NaN features name crop and level") {

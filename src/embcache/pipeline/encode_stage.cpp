@@ -78,6 +78,7 @@ void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
   // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
   // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp). Entering that region
   // costs ~0.07 ms, so callers skip it where the queue already allows going on.
+  const auto t0 = Clock::now();
   priority_.encoder_waits([&] {
     if (settings_.device.is_cuda()) {
       wait();
@@ -85,11 +86,19 @@ void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
       wait_with_openmp_workers_asleep(settings_.threads, wait);
     }
   });
+  ++stats.waits;
+  stats.wait_seconds += seconds_since(t0);
 }
 
-std::optional<CropItem> EncodeStage::next_crop() {
-  if (!in_.items_ready(1)) wait_cores_free([&] { in_.wait_for_items(1); });
-  return in_.pop();
+bool EncodeStage::fill(std::vector<CropItem>& pending, std::size_t n) {
+  while (pending.size() < n) {
+    const std::size_t missing = n - pending.size();
+    if (!in_.items_ready(missing)) wait_cores_free([&] { in_.wait_for_items(missing); });
+    auto item = in_.pop();
+    if (!item) return false;
+    pending.push_back(std::move(*item));
+  }
+  return true;
 }
 
 EncoderOutput EncodeStage::call(const at::Tensor& batch) {
@@ -113,11 +122,7 @@ EncoderOutput EncodeStage::call(const at::Tensor& batch) {
 void EncodeStage::choose_batch_size(std::vector<CropItem>& pending) {
   const std::vector<std::int64_t> candidates = settings_.device.is_cuda() ? std::vector<std::int64_t>{16, 32, 64, 128, 256}
                                                                           : std::vector<std::int64_t>{4, 8, 16, 32, 64};
-  while (std::int64_t(pending.size()) < candidates.back()) {
-    auto item = next_crop();
-    if (!item) break;
-    pending.push_back(std::move(*item));
-  }
+  fill(pending, std::size_t(candidates.back()));
   std::vector<std::int64_t> usable;
   for (auto c : candidates) {
     if (c <= std::int64_t(pending.size())) usable.push_back(c);
@@ -215,13 +220,8 @@ void EncodeStage::run() {
                                   std::make_move_iterator(pending.begin() + std::ptrdiff_t(batch_)));
       pending.erase(pending.begin(), pending.begin() + std::ptrdiff_t(batch_));
       if (!emit(std::move(items))) return;
-      if (pending.size() < batch_ && !in_.items_ready(batch_ - pending.size())) {
-        wait_cores_free([&] { in_.wait_for_items(batch_ - pending.size()); });
-      }
     }
-    auto item = next_crop();
-    if (!item) break;
-    pending.push_back(std::move(*item));
+    if (!fill(pending, batch_)) break;
   }
   if (!pending.empty() && !context_.failed()) emit(std::move(pending));
   out_.close();

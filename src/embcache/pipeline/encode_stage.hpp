@@ -41,6 +41,8 @@ class EncodeStage {
     nlohmann::json trials = nlohmann::json::array();  // --batch-size auto: {batch_size, crops_per_second}
     std::optional<Clock::time_point> first_call_start, last_call_end;
     std::vector<std::int64_t> input_shape;  // [C, h, w] (or [T, C, h, w]) of one crop
+    std::int64_t waits = 0;     // times the encoder waited for the stages (crops, or room for features)
+    double wait_seconds = 0;    // and how long in all
   };
 
   EncodeStage(CropQueue& in, EncodedQueue& out, Encoder& encoder, Settings settings, StagePriority& priority,
@@ -64,8 +66,11 @@ class EncodeStage {
   // Runs a wait for the queues with the encoder's OpenMP workers asleep (CPU only), and reports
   // its length to the stage priority (starved idle stages move to normal scheduling).
   void wait_cores_free(const std::function<void()>& wait);
-  // The next crop, waiting through wait_cores_free when none is queued; nullopt at the end.
-  std::optional<CropItem> next_crop();
+  // Moves crops from the queue into `pending` until it holds `n`; false when the queue ran dry
+  // first (the run's end). Missing crops are waited for together, through one wait_cores_free,
+  // not one by one: taken singly, the first batch's 64 crops cost 64 wake-ups of this thread and
+  // its OpenMP team, and MobileNetV2's first call started 30-40 ms after the 64th window was read.
+  bool fill(std::vector<CropItem>& pending, std::size_t n);
 
   CropQueue& in_;
   EncodedQueue& out_;

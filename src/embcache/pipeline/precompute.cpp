@@ -160,6 +160,8 @@ void fill_summary(PrecomputeSummary& summary, const Stages& s, const StagePriori
   summary.batch_size = s.encode.stats.batch_size;
   summary.batch_size_trials = s.encode.stats.trials;
   summary.input_shape = s.encode.stats.input_shape;
+  summary.encoder_waits = s.encode.stats.waits;
+  summary.encoder_wait_seconds = s.encode.stats.wait_seconds;
   summary.threads = plan.threads;
   summary.read_time = s.io.read_time;
   summary.prep_time = s.prep.time;

@@ -41,6 +41,8 @@ nlohmann::json PrecomputeSummary::to_json() const {
                             {"write", write_time.cpu}};
   j["seconds_before_first_encoder_call"] = seconds_before_first_encoder_call;
   j["seconds_after_last_encoder_call"] = seconds_after_last_encoder_call;
+  j["encoder_waits"] = encoder_waits;
+  j["encoder_wait_seconds"] = encoder_wait_seconds;
   j["superseded_rows"] = superseded_rows;
   j["rows_copied_at_end"] = rows_copied_at_end;
   j["recovered_rows"] = recovered_rows;

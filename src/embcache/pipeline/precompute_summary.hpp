@@ -43,6 +43,10 @@ struct PrecomputeSummary {
   // batches' writing, consolidation). Zero when nothing was encoded.
   double seconds_before_first_encoder_call = 0;
   double seconds_after_last_encoder_call = 0;
+  // How often, and how long in all, the encoder waited for the other stages: for crops (the
+  // first batch's too) or for room to hand its features on.
+  std::int64_t encoder_waits = 0;
+  double encoder_wait_seconds = 0;
   std::int64_t superseded_rows = 0;
   std::int64_t rows_copied_at_end = 0;  // 0 unless compression made the end copy this run's rows
   std::int64_t recovered_rows = 0;      // rows an interrupted run had committed, installed first
