@@ -819,6 +819,12 @@ TEST_CASE("with every core busy, a heavy encoder's idle stages move to normal sc
     const BusyThreads busy(std::max(2u, std::thread::hardware_concurrency()) + 1);
     summary = precompute(o);
   }
+  // Printed on failure: the judgement needs 1 s of waits, a quarter of the run, and the stages
+  // runnable without a core for half of them.
+  CAPTURE(summary.encoder_waits);
+  CAPTURE(summary.encoder_wait_seconds);
+  CAPTURE(summary.encoder_seconds);
+  CAPTURE(summary.seconds);
   CHECK(summary.stage_priority == "normal (idle stages starved)");
   CHECK(summary.crops_computed == summary.crops_total);
 }
