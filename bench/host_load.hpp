@@ -20,9 +20,9 @@ class HostLoad {
  public:
   HostLoad() : start_(now()) {}
 
-  // Since construction: wall, this process's CPU seconds, minor page faults and context
-  // switches, all CPUs' steal seconds, and the CPU seconds (user, system, interrupts) of
-  // everything but this process.
+  // Since construction: wall, this process's CPU seconds (and their part in the kernel), minor
+  // page faults and context switches, all CPUs' steal seconds, and the CPU seconds (user,
+  // system, interrupts) of everything but this process.
   nlohmann::json since_start() const {
     const Sample end = now();
     const double wall = end.wall - start_.wall;
@@ -31,6 +31,7 @@ class HostLoad {
     nlohmann::json j;
     j["wall_seconds"] = wall;
     j["cpu_seconds"] = own;
+    j["system_cpu_seconds"] = end.own_system_cpu - start_.own_system_cpu;  // the kernel's part of it
     j["steal_seconds"] = end.steal - start_.steal;
     j["others_cpu_seconds"] = busy > own ? busy - own : 0.0;
     j["minor_faults"] = end.minor_faults - start_.minor_faults;
@@ -41,6 +42,7 @@ class HostLoad {
  private:
   struct Sample {
     double wall = 0, own_cpu = 0, busy = 0, steal = 0;  // -1 where /proc/stat is not readable
+    double own_system_cpu = 0;  // in the kernel on this process's behalf: faults, futexes, I/O
     long minor_faults = 0;      // this process's: pages it touched for the first time
     long context_switches = 0;  // this process's threads': waits and preemptions
   };
@@ -52,6 +54,7 @@ class HostLoad {
     getrusage(RUSAGE_SELF, &usage);
     s.own_cpu = double(usage.ru_utime.tv_sec + usage.ru_stime.tv_sec) +
                 1e-6 * double(usage.ru_utime.tv_usec + usage.ru_stime.tv_usec);
+    s.own_system_cpu = double(usage.ru_stime.tv_sec) + 1e-6 * double(usage.ru_stime.tv_usec);
     s.minor_faults = usage.ru_minflt;
     s.context_switches = usage.ru_nvcsw + usage.ru_nivcsw;
     // "cpu  user nice system idle iowait irq softirq steal guest guest_nice", in clock ticks.

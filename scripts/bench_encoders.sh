@@ -102,18 +102,22 @@ for m in models:
 print("targets: enc/only <= 1.05, wall/only <= 1.10, wall/pyfwd <= 1.10, wall/pyscript < 1, slow mode <= 1.15")
 print("py fwd max/min: the same spread of the Python loop's forward calls (the machine's own noise)")
 print()
-print("per round, what the machine did meanwhile (host_load.hpp): seconds, then the process's CPU seconds,")
-print("the VM's steal seconds (its CPUs given to others by the hypervisor) and other processes' CPU seconds")
+print("per round, what the machine did meanwhile (host_load.hpp): seconds, then the process's CPU seconds")
+print("(sys: the part spent in the kernel), the VM's steal seconds (its CPUs given to others by the")
+print("hypervisor) and other processes' CPU seconds")
 def host(h):
-    return f"cpu {h['cpu_seconds']:5.1f} st {h['steal_seconds']:4.2f} oth {h['others_cpu_seconds']:4.2f}" if h else ""
-print(f"{'model':14} {'round':>5}  " + "  ".join(f"{c:>36}" for c in ("enc in run (host: whole run)", "encoder-only", "py script")))
+    if not h:
+        return ""
+    system = f" sys {h['system_cpu_seconds']:4.1f}" if "system_cpu_seconds" in h else ""
+    return f"cpu {h['cpu_seconds']:5.1f}{system} st {h['steal_seconds']:4.2f} oth {h['others_cpu_seconds']:4.2f}"
+print(f"{'model':14} {'round':>5}  " + "  ".join(f"{c:>45}" for c in ("enc in run (host: whole run)", "encoder-only", "py script")))
 for m in models:
     for r in range(1, repeats + 1):
         run, py = json.load(open(f"{work}/{m}-run-{r}.json")), json.load(open(f"{work}/{m}-py-{r}.json"))
         cells = [f"{run['encoder_seconds']:6.2f} {host(run.get('host_during_run'))}",
                  f"{run['encoder_only_seconds']:6.2f} {host(run.get('host_during_encoder_only'))}",
                  f"{py['seconds']:6.2f} {host(py.get('host'))}"]
-        print(f"{m:14} {r:5}  " + "  ".join(f"{c:>36}" for c in cells))
+        print(f"{m:14} {r:5}  " + "  ".join(f"{c:>45}" for c in cells))
 if plain:
     print()
     print("--no-optimize (the plain module, as loaded), the same runs:")

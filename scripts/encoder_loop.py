@@ -63,13 +63,14 @@ def main():
 
 
 def host_sample():
-    """(wall, this process's CPU seconds, all CPUs' busy seconds, steal seconds) from /proc/stat,
-    as bench/host_load.hpp reads them for embcache's side."""
+    """(wall, this process's CPU seconds, all CPUs' busy seconds, steal seconds, this process's
+    system CPU seconds) from /proc/stat, as bench/host_load.hpp reads them for embcache's side."""
     with open("/proc/stat") as f:
         fields = [float(v) for v in f.readline().split()[1:9]]
     tick = 1.0 / os.sysconf("SC_CLK_TCK")
     user, nice, system, _idle, _iowait, irq, softirq, steal = fields
-    return time.perf_counter(), time.process_time(), (user + nice + system + irq + softirq) * tick, steal * tick
+    return (time.perf_counter(), time.process_time(), (user + nice + system + irq + softirq) * tick, steal * tick,
+            os.times().system)
 
 
 def host_load(start):
@@ -77,8 +78,8 @@ def host_load(start):
     time of every other process; a slow round with steal or others' CPU was slowed from outside."""
     end = host_sample()
     own, busy = end[1] - start[1], end[2] - start[2]
-    return {"wall_seconds": end[0] - start[0], "cpu_seconds": own, "steal_seconds": end[3] - start[3],
-            "others_cpu_seconds": max(0.0, busy - own)}
+    return {"wall_seconds": end[0] - start[0], "cpu_seconds": own, "system_cpu_seconds": end[4] - start[4],
+            "steal_seconds": end[3] - start[3], "others_cpu_seconds": max(0.0, busy - own)}
 
 
 def return_freed_memory():
