@@ -809,13 +809,15 @@ TEST_CASE("a watched thread's run delay grows while it waits for a core") {
 }
 
 TEST_CASE("with every core busy, a heavy encoder's idle stages move to normal scheduling and the run completes") {
-  Setup s(24);
+  Setup s(96);
   PrecomputeOptions o = s.options("heavy.pt");
   o.batch_size = "2";
   PrecomputeSummary summary;
   {
     // A SCHED_IDLE stage gets ~0.3% of a core a normal thread wants: without the move, this run
-    // took minutes.
+    // took minutes. The move comes after 1 s of waits: with 24 windows (96 crops) a passing run
+    // waited 1.0-1.7 s in all, and one run beside another test ended still idle. With 96
+    // windows, passing runs waited 1.5-2.0 s and took 2-3 s.
     const BusyThreads busy(std::max(2u, std::thread::hardware_concurrency()) + 1);
     summary = precompute(o);
   }
