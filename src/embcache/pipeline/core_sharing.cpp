@@ -127,17 +127,17 @@ void StagePriority::encoder_waited(double seconds, double stage_run_delay) {
   if (long_waits && wanted_cores) switch_to(kStarved);
 }
 
-void StagePriority::encoder_waits(const std::function<void()>& wait) {
-  if (!watching()) {
-    wait();
-    return;
-  }
-  const double before = stage_run_delay();
+double StagePriority::encoder_waits(const std::function<void()>& wait) {
+  const bool watched = watching();
+  const double before = watched ? stage_run_delay() : -1;
   const auto start = std::chrono::steady_clock::now();
   wait();
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  const double after = before >= 0 ? stage_run_delay() : -1;
-  encoder_waited(seconds, after >= 0 ? after - before : -1);
+  if (watched) {
+    const double after = before >= 0 ? stage_run_delay() : -1;
+    encoder_waited(seconds, after >= 0 ? after - before : -1);
+  }
+  return seconds;
 }
 
 void StagePriority::switch_to(int state) {

@@ -64,7 +64,8 @@ class StagePriority {
   void encoder_waited(double seconds, double stage_run_delay);
   // The encoder thread runs each wait for the stages through this: `wait` runs, and while
   // watching, its length and the watched threads' run delay meanwhile go to encoder_waited.
-  void encoder_waits(const std::function<void()>& wait);
+  // Returns the wait's length in seconds.
+  double encoder_waits(const std::function<void()>& wait);
   // Blocks until decided, or until `finished` says the run is over (looked at after each
   // encoder call, and at least every 20 ms); true when the stages run at normal scheduling
   // because the encoder is light (or as told).

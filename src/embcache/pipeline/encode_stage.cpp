@@ -78,8 +78,7 @@ void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
   // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
   // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp). Entering that region
   // costs ~0.07 ms, so callers skip it where the queue already allows going on.
-  const auto t0 = Clock::now();
-  priority_.encoder_waits([&] {
+  stats.wait_seconds += priority_.encoder_waits([&] {
     if (settings_.device.is_cuda()) {
       wait();
     } else {
@@ -87,7 +86,6 @@ void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
     }
   });
   ++stats.waits;
-  stats.wait_seconds += seconds_since(t0);
 }
 
 bool EncodeStage::fill(std::vector<CropItem>& pending, std::size_t n) {

@@ -41,8 +41,8 @@ class EncodeStage {
     nlohmann::json trials = nlohmann::json::array();  // --batch-size auto: {batch_size, crops_per_second}
     std::optional<Clock::time_point> first_call_start, last_call_end;
     std::vector<std::int64_t> input_shape;  // [C, h, w] (or [T, C, h, w]) of one crop
-    std::int64_t waits = 0;     // times the encoder waited for the stages (crops, or room for features)
-    double wait_seconds = 0;    // and how long in all
+    std::int64_t waits = 0;   // times the encoder waited for the stages (crops, or room for features)
+    double wait_seconds = 0;  // and how long in all
   };
 
   EncodeStage(CropQueue& in, EncodedQueue& out, Encoder& encoder, Settings settings, StagePriority& priority,
@@ -69,7 +69,7 @@ class EncodeStage {
   // Moves crops from the queue into `pending` until it holds `n`; false when the queue ran dry
   // first (the run's end). Missing crops are waited for together, through one wait_cores_free,
   // not one by one: taken singly, the first batch's 64 crops cost 64 wake-ups of this thread and
-  // its OpenMP team, and MobileNetV2's first call started 30-40 ms after the 64th window was read.
+  // its OpenMP team, and MobileNetV2's first call started 20-40 ms after the 64th window was read.
   bool fill(std::vector<CropItem>& pending, std::size_t n);
 
   CropQueue& in_;
