@@ -13,7 +13,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <utility>
+#include <numeric>
 #include <vector>
 
 #include "embcache/core/error.hpp"
@@ -50,9 +50,9 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
 
 // The same number of batches of the same shape as the run encoded, through the encoder alone,
 // with no I/O. A freshly loaded copy: its first calls pay the warm-up (TorchScript profiling and
-// optimisation, allocations) that the pipeline's encoder paid inside the wall time. Returns
-// {all calls, the first two calls} in seconds.
-std::pair<double, double> encoder_only_seconds(const embcache::PrecomputePlan& plan,
+// optimisation, allocations) that the pipeline's encoder paid inside the wall time. Returns each
+// call's seconds.
+std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& plan,
                                                const embcache::PrecomputeSummary& run) {
   const embcache::EncoderAllocatorScope allocator;  // as inside the run: the comparison must be fair
   embcache::Encoder alone(plan.encoder, plan.device, plan.amp,
@@ -62,16 +62,14 @@ std::pair<double, double> encoder_only_seconds(const embcache::PrecomputePlan& p
   shape.insert(shape.end(), run.input_shape.begin(), run.input_shape.end());
   const at::Tensor batch = at::randn(shape);
   const std::int64_t batches = (run.crops_computed + run.batch_size - 1) / run.batch_size;
-  double total = 0, first_two = 0;
+  std::vector<double> calls;
   for (std::int64_t i = 0; i < batches; ++i) {
     const auto t0 = std::chrono::steady_clock::now();
     alone.forward(batch);
     if (plan.device.is_cuda()) torch::cuda::synchronize(plan.device.index());
-    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    total += seconds;
-    if (i < 2) first_two += seconds;
+    calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
-  return {total, first_two};
+  return calls;
 }
 
 // The process's one-time costs, paid before any clock starts: a throwaway copy of the encoder
@@ -134,6 +132,8 @@ int main(int argc, char** argv) {
     if (!warm_up_input.empty()) warm_up_process(plan, warm_up_input);
     embcache::PrecomputeHooks hooks;
     hooks.serial = serial;
+    std::vector<double> run_calls;  // each call's seconds, to tell a uniformly slower round from a few slow calls
+    hooks.on_encoder_call = [&](std::int64_t, double seconds) { run_calls.push_back(seconds); };
     const bench::HostLoad run_load;
     const embcache::PrecomputeSummary summary = embcache::run_precompute(plan, hooks);
     const nlohmann::json host_during_run = run_load.since_start();
@@ -143,8 +143,12 @@ int main(int argc, char** argv) {
       j["optimize_difference"] = embcache::CacheReader(options.out).signature()["computed_with"]["optimize_difference"];
     }
     const bench::HostLoad alone_load;
-    const auto [alone, first_calls] = encoder_only_seconds(plan, summary);
+    const std::vector<double> alone_calls = encoder_only_call_seconds(plan, summary);
     j["host_during_encoder_only"] = alone_load.since_start();
+    const double alone = std::accumulate(alone_calls.begin(), alone_calls.end(), 0.0);
+    const double first_calls = std::accumulate(alone_calls.begin(), alone_calls.begin() + std::min<std::size_t>(2, alone_calls.size()), 0.0);
+    j["encoder_call_seconds"] = run_calls;
+    j["encoder_only_call_seconds"] = alone_calls;
     j["host_during_run"] = host_during_run;
     j["encoder_only_seconds"] = alone;
     j["encoder_only_first_calls_seconds"] = first_calls;

@@ -67,7 +67,7 @@ struct Setup {
 std::int64_t count_calls(const PrecomputeOptions& o, PrecomputeSummary* summary = nullptr) {
   std::int64_t calls = 0;
   PrecomputeHooks hooks;
-  hooks.on_encoder_call = [&](std::int64_t) { ++calls; };
+  hooks.on_encoder_call = [&](std::int64_t, double) { ++calls; };
   const PrecomputeSummary s = precompute(o, hooks);
   if (summary) *summary = s;
   return calls;
@@ -1032,7 +1032,7 @@ TEST_CASE("--batch-size auto keeps the fastest size and stops at the first that 
   o.batch_size = "auto";
   std::vector<std::int64_t> call_sizes;
   PrecomputeHooks hooks;
-  hooks.on_encoder_call = [&](std::int64_t n) { call_sizes.push_back(n); };
+  hooks.on_encoder_call = [&](std::int64_t n, double) { call_sizes.push_back(n); };
   const PrecomputeSummary summary = precompute(o, hooks);
   REQUIRE(summary.crops_computed == 24);
   const auto& trials = summary.batch_size_trials;

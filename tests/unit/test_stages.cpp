@@ -131,7 +131,7 @@ TEST_CASE("encode stage alone: batches of the set size, a short last one padded 
   EncodeStage::Settings settings;
   settings.batch_size = 4;
   std::vector<std::int64_t> calls;
-  settings.on_call = [&](std::int64_t n) { calls.push_back(n); };
+  settings.on_call = [&](std::int64_t n, double) { calls.push_back(n); };
   StagePriority priority(StageScheduling::kNormal);
   RunContext context;
   EncodeStage stage(crops, encoded, encoder, settings, priority, context);

@@ -113,7 +113,7 @@ EncoderOutput EncodeStage::call(const at::Tensor& batch) {
   last_call_seconds_ = std::chrono::duration<double>(*stats.last_call_end - t0).count();
   stats.seconds += last_call_seconds_;
   ++stats.calls;
-  if (settings_.on_call) settings_.on_call(batch.size(0));
+  if (settings_.on_call) settings_.on_call(batch.size(0), last_call_seconds_);
   return out;
 }
 

@@ -31,7 +31,7 @@ class EncodeStage {
     std::vector<std::string> level_request;  // empty = every level
     LayoutOptions layout;                     // how outputs become levels (tokens, channels-last, time)
     StorageDtype dtype = StorageDtype::kFloat32;  // to judge light or heavy by stored bytes
-    std::function<void(std::int64_t batch)> on_call;  // tests count encoder calls
+    std::function<void(std::int64_t batch, double seconds)> on_call;  // precompute.hpp's on_encoder_call
   };
   // Time and calls of the encoder in this run (batch-size trials included).
   struct Stats {

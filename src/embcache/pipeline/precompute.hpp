@@ -12,7 +12,8 @@
 namespace embcache {
 
 struct PrecomputeHooks {
-  std::function<void(std::int64_t batch)> on_encoder_call;  // tests count encoder calls
+  // After each encoder call: its batch size and seconds (tests count calls, the benchmark times them).
+  std::function<void(std::int64_t batch, double seconds)> on_encoder_call;
   // Run the stages one after another in this thread, every queue unbounded: the whole dataset's
   // crops and features are held in memory at once, so only for tests, which check that both
   // executors write the same cache.
