@@ -13,6 +13,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -150,6 +151,24 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   REQUIRE(reader.rows() == 24);
   REQUIRE(reader.levels().size() == 3);
   REQUIRE(reader.label_kinds().has_mask);
+}
+
+TEST_CASE("the stage threads carry names, so top -H and perf tell them from the encoder's workers") {
+  Setup s;
+  std::set<std::string> names;
+  PrecomputeHooks hooks;
+  hooks.on_encoder_call = [&](std::int64_t, double) {
+    for (const auto& task : fs::directory_iterator("/proc/self/task")) {
+      std::ifstream comm(task.path() / "comm");
+      std::string name;
+      if (std::getline(comm, name)) names.insert(name);
+    }
+  };
+  precompute(s.options(), hooks);
+  for (const char* stage : {"embcache io", "embcache prep", "embcache conv"}) {
+    CAPTURE(stage);
+    CHECK(names.count(stage) == 1);
+  }
 }
 
 TEST_CASE("new windows are computed, old ones skipped") {

@@ -1,6 +1,7 @@
 #include "embcache/pipeline/precompute.hpp"
 
 #include <ATen/ATen.h>
+#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -64,19 +65,22 @@ struct Stages {
 // normal scheduling, and then its OpenMP workers must not spin on their cores: a helper thread
 // holds OpenMpSpinThrottle's idle team until the encoder is done.
 void run_threaded(Stages& s, RunContext& context, const StagePriority& priority, const PrecomputePlan& plan) {
-  const auto stage = [&](const std::function<void()>& body) {
-    return context.start([&priority, body] {
+  // Named, so that `top -H` and perf tell the stages from the encoder's OpenMP workers.
+  const auto stage = [&](const char* name, const std::function<void()>& body) {
+    return context.start([&priority, name, body] {
+      pthread_setname_np(pthread_self(), name);
       priority.watch_this_thread();
       without_openmp_team(body);
     });
   };
-  std::thread io = stage([&] { s.io.run(); });
-  std::thread prep = stage([&] { s.prep.run(); });
-  std::thread convert = stage([&] { s.convert.run(); });
+  std::thread io = stage("embcache io", [&] { s.io.run(); });
+  std::thread prep = stage("embcache prep", [&] { s.prep.run(); });
+  std::thread convert = stage("embcache conv", [&] { s.convert.run(); });
   std::mutex mutex;
   std::condition_variable encoded;
   std::atomic<bool> encoder_done{false};  // set under mutex, for the wait below
   std::thread throttler([&] {
+    pthread_setname_np(pthread_self(), "embcache spin");
     const auto over = [&] { return encoder_done.load() || context.failed(); };
     if (!priority.wait_decided(over) || plan.device.is_cuda()) return;
     const OpenMpSpinThrottle throttle(plan.threads);
