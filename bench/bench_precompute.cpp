@@ -24,6 +24,7 @@
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_reader.hpp"
 #include "host_load.hpp"
+#include "thread_times.hpp"
 
 namespace {
 
@@ -51,9 +52,9 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
 // The same number of batches of the same shape as the run encoded, through the encoder alone,
 // with no I/O. A freshly loaded copy: its first calls pay the warm-up (TorchScript profiling and
 // optimisation, allocations) that the pipeline's encoder paid inside the wall time. Returns each
-// call's seconds.
+// call's seconds, and in *team_wait the seconds its threads were runnable without a core.
 std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& plan,
-                                               const embcache::PrecomputeSummary& run) {
+                                              const embcache::PrecomputeSummary& run, std::vector<double>* team_wait) {
   const embcache::EncoderAllocatorScope allocator;  // as inside the run: the comparison must be fair
   embcache::Encoder alone(plan.encoder, plan.device, plan.amp,
                           run.encoder_optimized ? embcache::Optimization::kRequired : embcache::Optimization::kNone);
@@ -64,10 +65,12 @@ std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& pl
   const std::int64_t batches = (run.crops_computed + run.batch_size - 1) / run.batch_size;
   std::vector<double> calls;
   for (std::int64_t i = 0; i < batches; ++i) {
+    const bench::ThreadTimes before = bench::ThreadTimes::now();
     const auto t0 = std::chrono::steady_clock::now();
     alone.forward(batch);
     if (plan.device.is_cuda()) torch::cuda::synchronize(plan.device.index());
     calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    team_wait->push_back((bench::ThreadTimes::now() - before).team_wait);
   }
   return calls;
 }
@@ -132,8 +135,18 @@ int main(int argc, char** argv) {
     if (!warm_up_input.empty()) warm_up_process(plan, warm_up_input);
     embcache::PrecomputeHooks hooks;
     hooks.serial = serial;
-    std::vector<double> run_calls;  // each call's seconds, to tell a uniformly slower round from a few slow calls
-    hooks.on_encoder_call = [&](std::int64_t, double seconds) { run_calls.push_back(seconds); };
+    // Each call's seconds, to tell a uniformly slower round from a few slow calls, and the thread
+    // times since the previous call's end (the call and the wait before it): did the encoder's
+    // threads wait for a core, and how much CPU did the stages take meanwhile.
+    std::vector<double> run_calls, run_team_wait, run_stage_cpu;
+    bench::ThreadTimes last = bench::ThreadTimes::now();
+    hooks.on_encoder_call = [&](std::int64_t, double seconds) {
+      const bench::ThreadTimes now = bench::ThreadTimes::now(), d = now - last;
+      last = now;
+      run_calls.push_back(seconds);
+      run_team_wait.push_back(d.team_wait);
+      run_stage_cpu.push_back(d.stage_run);
+    };
     const bench::HostLoad run_load;
     const embcache::PrecomputeSummary summary = embcache::run_precompute(plan, hooks);
     const nlohmann::json host_during_run = run_load.since_start();
@@ -143,12 +156,16 @@ int main(int argc, char** argv) {
       j["optimize_difference"] = embcache::CacheReader(options.out).signature()["computed_with"]["optimize_difference"];
     }
     const bench::HostLoad alone_load;
-    const std::vector<double> alone_calls = encoder_only_call_seconds(plan, summary);
+    std::vector<double> alone_team_wait;
+    const std::vector<double> alone_calls = encoder_only_call_seconds(plan, summary, &alone_team_wait);
     j["host_during_encoder_only"] = alone_load.since_start();
     const double alone = std::accumulate(alone_calls.begin(), alone_calls.end(), 0.0);
     const double first_calls = std::accumulate(alone_calls.begin(), alone_calls.begin() + std::min<std::size_t>(2, alone_calls.size()), 0.0);
     j["encoder_call_seconds"] = run_calls;
     j["encoder_only_call_seconds"] = alone_calls;
+    j["encoder_call_team_wait_seconds"] = run_team_wait;
+    j["encoder_call_stage_cpu_seconds"] = run_stage_cpu;
+    j["encoder_only_call_team_wait_seconds"] = alone_team_wait;
     j["host_during_run"] = host_during_run;
     j["encoder_only_seconds"] = alone;
     j["encoder_only_first_calls_seconds"] = first_calls;

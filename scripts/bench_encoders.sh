@@ -118,6 +118,29 @@ for m in models:
                  f"{run['encoder_only_seconds']:6.2f} {host(run.get('host_during_encoder_only'))}",
                  f"{py['seconds']:6.2f} {host(py.get('host'))}"]
         print(f"{m:14} {r:5}  " + "  ".join(f"{c:>45}" for c in cells))
+print()
+print("per round, the encoder's calls after its first two (bench_precompute: encoder_call_seconds,")
+print("thread_times.hpp): median ms in the run and alone; slow calls, over 1.3x the median alone; and in")
+print("the run's slow calls, the ms per call that the encoder's threads waited for a core and that the")
+print("stages ran (since the call before). Slow calls with no wait ran on both cores the whole call.")
+print(f"{'model':14} {'round':>5}  {'median run/alone':>17}  {'slow run/alone':>14}  {'team wait, all calls run/alone':>31}  {'slow calls: wait, stages':>25}")
+for m in models:
+    for r in range(1, repeats + 1):
+        run = json.load(open(f"{work}/{m}-run-{r}.json"))
+        if "encoder_call_team_wait_seconds" not in run:
+            continue
+        calls, alone = run["encoder_call_seconds"][2:], run["encoder_only_call_seconds"][2:]
+        if not calls or not alone:
+            continue
+        typical = statistics.median(alone)
+        slow = [i for i, s in enumerate(calls) if s > 1.3 * typical]
+        slow_alone = sum(s > 1.3 * typical for s in alone)
+        wait, stages = run["encoder_call_team_wait_seconds"][2:], run["encoder_call_stage_cpu_seconds"][2:]
+        in_slow = (f"{1e3 * statistics.mean(wait[i] for i in slow):5.1f}, {1e3 * statistics.mean(stages[i] for i in slow):5.1f}"
+                   if slow else "-")
+        team = f"{1e3 * sum(wait):7.0f} / {1e3 * sum(run['encoder_only_call_team_wait_seconds'][2:]):5.0f} ms"
+        print(f"{m:14} {r:5}  {1e3 * statistics.median(calls):7.1f} / {1e3 * typical:6.1f}  {len(slow):6} / {slow_alone:5}"
+              f"  {team:>31}  {in_slow:>25}")
 if plain:
     print()
     print("--no-optimize (the plain module, as loaded), the same runs:")
