@@ -1,5 +1,7 @@
 #include "embcache/dataset/read_ahead.hpp"
 
+#include <pthread.h>
+
 #include <algorithm>
 #include <stdexcept>
 
@@ -19,7 +21,12 @@ ReadAheadSource::~ReadAheadSource() {
 WindowData ReadAheadSource::read(std::size_t index) {
   const std::size_t count = inner_->windows().size();
   for (std::size_t i = index; i < std::min(count, index + depth_); ++i) {
-    if (!ahead_.count(i)) ahead_[i] = std::async(std::launch::async, [this, i] { return inner_->read(i); });
+    if (!ahead_.count(i)) {
+      ahead_[i] = std::async(std::launch::async, [this, i] {
+        pthread_setname_np(pthread_self(), "embcache read");  // as precompute's stage threads are named
+        return inner_->read(i);
+      });
+    }
   }
   auto it = ahead_.find(index);
   std::future<WindowData> future = std::move(it->second);
