@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <numeric>
+#include <utility>
 #include <vector>
 
 #include "embcache/core/error.hpp"
@@ -70,7 +71,7 @@ std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& pl
     alone.forward(batch);
     if (plan.device.is_cuda()) torch::cuda::synchronize(plan.device.index());
     calls.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    team_wait->push_back((bench::ThreadTimes::now() - before).team_wait);
+    team_wait->push_back(bench::ThreadTimes::now().since(before).team_wait);
   }
   return calls;
 }
@@ -141,8 +142,9 @@ int main(int argc, char** argv) {
     std::vector<double> run_calls, run_team_wait, run_stage_cpu;
     bench::ThreadTimes last = bench::ThreadTimes::now();
     hooks.on_encoder_call = [&](std::int64_t, double seconds) {
-      const bench::ThreadTimes now = bench::ThreadTimes::now(), d = now - last;
-      last = now;
+      bench::ThreadTimes now = bench::ThreadTimes::now();
+      const bench::ThreadTimes::Delta d = now.since(last);
+      last = std::move(now);
       run_calls.push_back(seconds);
       run_team_wait.push_back(d.team_wait);
       run_stage_cpu.push_back(d.stage_run);
