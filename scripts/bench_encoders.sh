@@ -24,7 +24,8 @@
 # behaviour); encoder-only is the third copy in bench_precompute's process (docs/precompute.md).
 # Prints the medians (min-max) and the ratios the issue's targets are about, then each round with
 # what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
-# outside interference.
+# outside interference, then each round's encoder calls: slow calls in the run and alone, and
+# whether the encoder's threads waited for a core in them (bench/thread_times.hpp).
 # The table also gives the difference from the plain encoder the run measured (max over outputs of
 # max |optimised - plain| / max |plain|).
 #   PLAIN=1        adds the same run with --no-optimize (the plain module, the default before
