@@ -154,6 +154,8 @@ TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
 }
 
 TEST_CASE("the stage threads carry names, so top -H and perf tell them from the encoder's workers") {
+  // 24 crops in batches of 4 through a queue of 8: at the first call's end every stage thread
+  // is still alive (prep has crops left to make, the I/O thread rows to write).
   Setup s;
   std::set<std::string> names;
   PrecomputeHooks hooks;
