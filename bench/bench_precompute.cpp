@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/intra_op_threads.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/h5/h5.hpp"
@@ -59,7 +60,7 @@ std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& pl
   const embcache::EncoderAllocatorScope allocator;  // as inside the run: the comparison must be fair
   embcache::Encoder alone(plan.encoder, plan.device, plan.amp,
                           run.encoder_optimized ? embcache::Optimization::kRequired : embcache::Optimization::kNone);
-  at::set_num_threads(plan.threads);
+  embcache::use_intra_op_threads(plan.threads);
   std::vector<std::int64_t> shape{run.batch_size};
   shape.insert(shape.end(), run.input_shape.begin(), run.input_shape.end());
   const at::Tensor batch = at::randn(shape);
@@ -84,7 +85,7 @@ std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& pl
 void warm_up_process(const embcache::PrecomputePlan& plan, const std::vector<std::int64_t>& input) {
   const embcache::EncoderAllocatorScope allocator;
   embcache::Encoder throwaway(plan.encoder, plan.device, plan.amp, embcache::encoder_optimization(plan));
-  at::set_num_threads(plan.threads);
+  embcache::use_intra_op_threads(plan.threads);
   std::vector<std::int64_t> shape{plan.max_batch()};
   shape.insert(shape.end(), input.begin(), input.end());
   const at::Tensor batch = at::randn(shape);

@@ -1,11 +1,13 @@
 // LibTorch's OpenMP workers and embcache's own OpenMP team (pipeline/core_sharing) must be one
-// runtime, or precompute's OpenMP tuning does not reach the encoder's workers (docs/install.md).
+// runtime, or precompute's OpenMP tuning does not reach the encoder's workers (docs/install.md);
+// and the intra-op thread count is set through one helper.
 #include "doctest_torch.hpp"
 
 #include <ATen/Parallel.h>
 
 #include <atomic>
 
+#include "embcache/core/intra_op_threads.hpp"
 #include "embcache/core/openmp_runtime.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 
@@ -24,4 +26,15 @@ TEST_CASE("one OpenMP runtime serves LibTorch and embcache" * doctest::test_suit
   REQUIRE(runtimes.size() == 1);
   REQUIRE(runtimes[0].find("libgomp") != std::string::npos);
   REQUIRE(chunks.load() >= 1);
+}
+
+TEST_CASE("use_intra_op_threads sets LibTorch's intra-op thread count" * doctest::test_suite("pipeline")) {
+  const int before = at::get_num_threads();
+  const int other = before == 1 ? 2 : 1;
+  use_intra_op_threads(other);
+  CHECK(at::get_num_threads() == other);
+  use_intra_op_threads(other);  // unchanged: left as it is
+  CHECK(at::get_num_threads() == other);
+  use_intra_op_threads(before);
+  CHECK(at::get_num_threads() == before);
 }

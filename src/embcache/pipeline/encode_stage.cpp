@@ -8,6 +8,7 @@
 #include <chrono>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/intra_op_threads.hpp"
 #include "embcache/pipeline/batch_size_search.hpp"
 
 namespace embcache {
@@ -208,7 +209,7 @@ bool EncodeStage::emit(std::vector<CropItem> items) {
 void EncodeStage::run() {
   // Only this thread sets the intra-op thread count: in LibTorch it is partly process-wide, and
   // a second setter would race it (features differ in the last bit between thread counts).
-  at::set_num_threads(settings_.threads);
+  use_intra_op_threads(settings_.threads);
   std::vector<CropItem> pending;
   if (!settings_.batch_size) choose_batch_size(pending);
   batch_ = std::size_t(std::max<std::int64_t>(stats.batch_size, 1));

@@ -22,6 +22,7 @@
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
+#include "embcache/core/intra_op_threads.hpp"
 #include "embcache/core/memory_info.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/progress.hpp"
@@ -231,9 +232,9 @@ namespace {
 class EveryCore {
  public:
   explicit EveryCore(int threads_option) : before_(at::get_num_threads()) {
-    if (threads_option == 0) at::set_num_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+    if (threads_option == 0) use_intra_op_threads(int(std::max(1u, std::thread::hardware_concurrency())));
   }
-  ~EveryCore() { at::set_num_threads(before_); }
+  ~EveryCore() { use_intra_op_threads(before_); }
   EveryCore(const EveryCore&) = delete;
   EveryCore& operator=(const EveryCore&) = delete;
 
@@ -274,7 +275,7 @@ class Trainer {
     torch::jit::setGraphExecutorOptimize(false);
     if (options.out.empty()) throw UsageError(OptionName{"out"}, "required (the run directory to write)");
     if (plan.grid.empty()) throw std::logic_error("train-probe: a plan without combinations");
-    if (options.threads > 0) at::set_num_threads(options.threads);
+    if (options.threads > 0) use_intra_op_threads(options.threads);
 
     const bool fractions = std::any_of(plan.grid.begin(), plan.grid.end(), [](const ProbeCombination& c) { return c.train_fraction != 1; });
     data_ = std::make_unique<ProbeData>(options, task, fractions);

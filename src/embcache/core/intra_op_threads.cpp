@@ -1,0 +1,11 @@
+#include "embcache/core/intra_op_threads.hpp"
+
+#include <ATen/Parallel.h>
+
+namespace embcache {
+
+void use_intra_op_threads(int threads) {
+  if (at::get_num_threads() != threads) at::set_num_threads(threads);
+}
+
+}  // namespace embcache
