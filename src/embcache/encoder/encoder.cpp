@@ -5,7 +5,7 @@
 #include <torch/cuda.h>
 #include <torch/script.h>
 #include <torch/version.h>
-#include <torch/csrc/jit/passes/inliner.h>
+#include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #if __has_include(<torch/csrc/jit/codegen/fuser/interface.h>)
 #include <torch/csrc/jit/codegen/fuser/interface.h>
@@ -23,6 +23,7 @@ TORCH_API void overrideCanFuseOnCPU(bool value);
 #include <filesystem>
 #include <optional>
 #include <stdexcept>
+#include <unordered_set>
 
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/archive_diagnosis.hpp"
@@ -49,26 +50,43 @@ std::string forward_error_cause(const std::string& text) {
   return cause.empty() ? first_line(text) : cause;
 }
 
-bool has_node(const torch::jit::Block* block, c10::Symbol kind) {
+// The graph a call node runs: a method of a class (not of an interface) or a function constant.
+// Null for a call that is resolved only when it runs, which torch::jit::Inline leaves too.
+const torch::jit::Graph* called_graph(const torch::jit::Node* node) {
+  torch::jit::Function* function = nullptr;
+  if (node->kind() == c10::prim::CallMethod) {
+    if (const auto type = node->input(0)->type()->cast<c10::ClassType>()) function = type->findMethod(node->s(c10::attr::name));
+  } else if (node->kind() == c10::prim::CallFunction) {
+    if (const auto type = node->input(0)->type()->cast<c10::FunctionType>()) function = type->function();
+  }
+  if (!function || !function->isGraphFunction()) return nullptr;
+  return torch::jit::toGraphFunction(*function).graph().get();
+}
+
+// Whether `block`, or a method or function it calls, has a node of `kind`: the calls are
+// followed where they are, each graph once. Inlining a copy of the whole graph and searching
+// that took 15-47 ms for the benchmark's four models (docs/precompute.md); this, under 0.3 ms.
+bool runs_node(const torch::jit::Block* block, c10::Symbol kind, std::unordered_set<const torch::jit::Graph*>& seen) {
   for (const torch::jit::Node* node : block->nodes()) {
     if (node->kind() == kind) return true;
     for (const torch::jit::Block* inner : node->blocks()) {
-      if (has_node(inner, kind)) return true;
+      if (runs_node(inner, kind, seen)) return true;
     }
+    const torch::jit::Graph* callee = called_graph(node);
+    if (callee && seen.insert(callee).second && runs_node(callee->block(), kind, seen)) return true;
   }
   return false;
 }
 
-// Whether forward, with every method and function it calls inlined, runs a batch norm: what
-// freezing folds into the convolution before it.
-// A graph that cannot be inlined counts as none: the module then runs as loaded.
+// Whether forward, or a method or function it calls, runs a batch norm: what freezing folds into
+// the convolution before it. A graph that cannot be read counts as none: the module then runs
+// as loaded.
 bool has_batch_norm(const torch::jit::script::Module& module) {
   try {
     const auto method = module.find_method("forward");
     if (!method) return false;
-    const std::shared_ptr<torch::jit::Graph> graph = method->graph()->copy();
-    torch::jit::Inline(*graph);
-    return has_node(graph->block(), c10::Symbol::fromQualString("aten::batch_norm"));
+    std::unordered_set<const torch::jit::Graph*> seen;
+    return runs_node(method->graph()->block(), c10::Symbol::fromQualString("aten::batch_norm"), seen);
   } catch (const std::exception&) {
     return false;
   }
