@@ -1,9 +1,9 @@
 #include "embcache/dataset/read_ahead.hpp"
 
-#include <pthread.h>
-
 #include <algorithm>
 #include <stdexcept>
+
+#include "embcache/core/thread_name.hpp"
 
 namespace embcache {
 
@@ -23,7 +23,7 @@ WindowData ReadAheadSource::read(std::size_t index) {
   for (std::size_t i = index; i < std::min(count, index + depth_); ++i) {
     if (!ahead_.count(i)) {
       ahead_[i] = std::async(std::launch::async, [this, i] {
-        pthread_setname_np(pthread_self(), "embcache read");  // as precompute's stage threads are named
+        name_this_thread("embcache read");
         return inner_->read(i);
       });
     }

@@ -209,6 +209,7 @@ bool EncodeStage::emit(std::vector<CropItem> items) {
 void EncodeStage::run() {
   // Only this thread sets the intra-op thread count: in LibTorch it is partly process-wide, and
   // a second setter would race it (features differ in the last bit between thread counts).
+  // run_precompute has set it already, before loading the encoder; then this changes nothing.
   use_intra_op_threads(settings_.threads);
   std::vector<CropItem> pending;
   if (!settings_.batch_size) choose_batch_size(pending);

@@ -1,7 +1,6 @@
 #include "embcache/pipeline/precompute.hpp"
 
 #include <ATen/ATen.h>
-#include <pthread.h>
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +19,7 @@
 #include "embcache/core/intra_op_threads.hpp"
 #include "embcache/core/sha256.hpp"
 #include "embcache/core/stop_request.hpp"
+#include "embcache/core/thread_name.hpp"
 #include "embcache/dataset/window_source.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/pipeline/convert_stage.hpp"
@@ -67,9 +67,9 @@ struct Stages {
 // holds OpenMpSpinThrottle's idle team until the encoder is done.
 void run_threaded(Stages& s, RunContext& context, const StagePriority& priority, const PrecomputePlan& plan) {
   // Named, so that `top -H` and perf tell the stages from the encoder's OpenMP workers.
-  const auto stage = [&](const char* name, const std::function<void()>& body) {
+  const auto stage = [&](const auto& name, const std::function<void()>& body) {
     return context.start([&priority, name, body] {
-      pthread_setname_np(pthread_self(), name);
+      name_this_thread(name);
       priority.watch_this_thread();
       without_openmp_team(body);
     });
@@ -81,7 +81,7 @@ void run_threaded(Stages& s, RunContext& context, const StagePriority& priority,
   std::condition_variable encoded;
   std::atomic<bool> encoder_done{false};  // set under mutex, for the wait below
   std::thread throttler([&] {
-    pthread_setname_np(pthread_self(), "embcache spin");
+    name_this_thread("embcache spin");
     const auto over = [&] { return encoder_done.load() || context.failed(); };
     if (!priority.wait_decided(over) || plan.device.is_cuda()) return;
     const OpenMpSpinThrottle throttle(plan.threads);

@@ -4,6 +4,8 @@
 #include <pthread.h>
 #include <sched.h>
 
+#include "embcache/core/thread_name.hpp"
+
 namespace embcache {
 
 BackgroundWriteback::BackgroundWriteback() : thread_([this] { run(); }) {}
@@ -46,7 +48,7 @@ std::int64_t BackgroundWriteback::ranges_submitted() const {
 }
 
 void BackgroundWriteback::run() {
-  pthread_setname_np(pthread_self(), "embcache sync");  // as precompute's stage threads are named
+  name_this_thread("embcache sync");
   sched_param param{};
   pthread_setschedparam(pthread_self(), SCHED_IDLE, &param);  // never refused: it lowers priority
   std::unique_lock<std::mutex> lock(mutex_);
