@@ -986,6 +986,44 @@ TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only 
   CHECK(mmapped_by(block) >= block);
 }
 
+namespace {
+
+// The VmFlags line of the mapping that holds `p`, from /proc/self/smaps ("" when none does).
+std::string mapping_flags(const void* p) {
+  std::ifstream smaps("/proc/self/smaps");
+  const auto at = reinterpret_cast<std::uintptr_t>(p);
+  bool inside = false;
+  for (std::string line; std::getline(smaps, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) inside = lo <= at && at < hi;
+    if (inside && line.rfind("VmFlags:", 0) == 0) return line + " ";
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("the encoder allocator scope asks for huge pages for the heap, where the kernel gives them on request" *
+          doctest::test_suite("encoder")) {
+  std::ifstream modes_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string modes;
+  std::getline(modes_file, modes);
+  const bool on_request = modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+  INFO("transparent_hugepage/enabled: " << modes);
+  for (int scope_number = 0; scope_number < 2; ++scope_number) {  // each outermost scope asks again
+    CAPTURE(scope_number);
+    const EncoderAllocatorScope scope;
+    void* p = std::malloc(std::size_t(64) << 20);  // an activation's worth, from the heap's top
+    REQUIRE(p != nullptr);
+    char* const middle = static_cast<char*>(p) + (std::size_t(32) << 20);
+    *static_cast<volatile char*>(middle) = 1;
+    const std::string flags = mapping_flags(middle);
+    std::free(p);
+    REQUIRE_FALSE(flags.empty());
+    CHECK((flags.find(" hg ") != std::string::npos) == on_request);
+  }
+}
+
 TEST_CASE("command-line flags: --no-fsync turns fsync off, and --help shows it plainly" * doctest::test_suite("cli")) {
   const auto parse = [](std::vector<std::string> args) {
     CLI::App app("test");
