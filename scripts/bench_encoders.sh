@@ -16,6 +16,10 @@
 #                  FORWARD_LOOP=1 takes them from a separate plain loop over images read before
 #                  its clock starts instead (--mode both: one more pass per model and round, so
 #                  the rounds no longer fit in 15 minutes at these row counts)
+# The Python processes get the heap embcache gives its encoder: glibc's malloc kept off mmap
+# (MALLOC_MMAP_THRESHOLD_) and, as embcache's allocator scope does, transparent huge pages for it
+# (GLIBC_TUNABLES=glibc.malloc.hugetlb=1), so the comparison is of the pipelines, not of the
+# heaps; PEER_HUGE_PAGES=0 leaves the peer on 4 KiB pages.
 # Every process first runs one batch through a throwaway copy of the model (--warm-up-input,
 # --warm-up): the first forward call in a process also generates oneDNN's kernels and grows the
 # heap, and without that the measurement a process makes first pays it and the later ones do not.
@@ -31,8 +35,8 @@
 #   PLAIN=1        adds the same run with --no-optimize (the plain module, the default before
 #                  optimisation was): its encoder-only, encoder_seconds and wall
 # Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; PLAIN=1 adds
-# the --no-optimize runs (about 4 minutes more); FORWARD_LOOP=1 (above); EXTRA="--opt ..." passes
-# options to bench_precompute.
+# the --no-optimize runs (about 4 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
+# EXTRA="--opt ..." passes options to bench_precompute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -50,6 +54,8 @@ PLAIN=${PLAIN:-0}
 PY_MODE=script
 [[ ${FORWARD_LOOP:-0} == 1 ]] && PY_MODE=both
 B=$BUILD/bench/bench_precompute
+PEER_TUNABLES=
+[[ ${PEER_HUGE_PAGES:-1} == 1 ]] && PEER_TUNABLES=glibc.malloc.hugetlb=1
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
 # allocator scope does for its encoder thread), so the peer is not slowed by page faults.
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
@@ -59,6 +65,7 @@ for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j[
 
 echo "$(nproc) cores; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
 if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
+echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLES=$PEER_TUNABLES)}; transparent_hugepage/enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent)"
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do
     read -r name enc data size <<<"$m"
@@ -71,7 +78,7 @@ for round in $(seq "$REPEATS"); do
         --threads 2 --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --no-optimize ${EXTRA:-} >"$WORK/$name-plain-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
-    $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
+    GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
       >"$WORK/$name-py-$round.json"
     rm -f "$WORK/py-$name.h5"
   done
