@@ -21,11 +21,19 @@ int depth = 0;
 // Address space, not memory: only the pages a run touches are ever backed.
 constexpr std::int64_t kHugePageReserveBytes = std::int64_t(1) << 30;
 
-bool kernel_gives_huge_pages_on_request() {
-  std::ifstream modes_file("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::string modes;
-  std::getline(modes_file, modes);
-  return modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+std::string first_line(const char* path) {
+  std::ifstream file(path);
+  std::string line;
+  std::getline(file, line);
+  return line;
+}
+
+// Huge pages where the kernel gives them on request, and a reservation only where address space
+// costs nothing: under strict overcommit (mode 2) it would count against the commit limit.
+bool reserve_huge_pages_here() {
+  const std::string modes = first_line("/sys/kernel/mm/transparent_hugepage/enabled");
+  const bool on_request = modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
+  return on_request && first_line("/proc/sys/vm/overcommit_memory") != "2";
 }
 
 std::uintptr_t page_aligned(std::uintptr_t at, bool up) {
@@ -36,16 +44,17 @@ std::uintptr_t page_aligned(std::uintptr_t at, bool up) {
 
 // Grows the heap's free top by up to 1 GiB (a quarter of the available memory at most) and asks
 // the kernel to back it with transparent huge pages. A CNN's activations and the stages' buffers
-// then fault in 2 MiB at a time instead of 4 KiB: on the 2-core build VM a first touch costs
-// ~10 us per 4 KiB page, and MobileNetV2's run faulted 57-67k times (0.4-0.6 s of CPU on the
-// encoder's cores) against ~10k with huge pages (docs/precompute.md). Where the reservation does
-// not come from the heap's top (another allocator, as under a sanitizer; brk refused), nothing is
-// advised. A run that outgrows the reservation gets small pages beyond it, as before.
+// then fault in 2 MiB at a time instead of 4 KiB. On the 2-core build VM a first touch costs
+// ~10 us per 4 KiB page, and a run faults in its whole heap once, loading and in its first call:
+// ConvNeXt-T's 270k faults made its first call 2.1 s instead of 1.1 s (docs/precompute.md).
+// Where the reservation does not come from the heap's top (another allocator, as under a
+// sanitizer; brk refused), nothing is advised. A run that outgrows the reservation gets small
+// pages beyond it, as before.
 void reserve_heap_on_huge_pages() {
 #if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
   return;  // malloc is the sanitizer's: there is no glibc heap to reserve
 #endif
-  if (!kernel_gives_huge_pages_on_request()) return;
+  if (!reserve_huge_pages_here()) return;
   const std::int64_t bytes = std::min(kHugePageReserveBytes, available_host_bytes() / 4);
   if (bytes <= 0) return;
   void* block = std::malloc(std::size_t(bytes));

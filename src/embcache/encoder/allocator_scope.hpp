@@ -10,7 +10,10 @@ namespace embcache {
 // the kept memory is returned to the system, so later work in the same process (a probe's
 // bounded stream buffer in `embcache run`) is not charged for the encoder's peak: train-probe's
 // stream tier measured 590-670 MB peak RSS with these settings for the whole process, 450 MB
-// without, at the same speed. Scopes nest; not for concurrent use from several threads.
+// without, at the same speed. Where the kernel gives transparent huge pages on request, the
+// outermost scope also reserves up to 1 GiB of address space at the heap's top for them, so the
+// heap faults in 2 MiB at a time (allocator_scope.cpp). Scopes nest; not for concurrent use from
+// several threads.
 class EncoderAllocatorScope {
  public:
   EncoderAllocatorScope();
