@@ -36,6 +36,8 @@
 #                  optimisation was): its encoder-only, encoder_seconds and wall
 # Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; PLAIN=1 adds
 # the --no-optimize runs (about 4 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
+# ROWS="mobilenet_v2=15360,resnet50=1344" other row counts (multiples of 64) for a faster machine,
+# where the default counts (scripts/export_torchvision.py) make runs shorter than 10 s;
 # EXTRA="--opt ..." passes options to bench_precompute.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,7 +61,8 @@ PEER_TUNABLES=
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
 # allocator scope does for its encoder thread), so the peer is not slowed by page faults.
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
-$PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" 2>/dev/null >"$WORK/models.jsonl"
+$PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" >"$WORK/models.jsonl" 2>"$WORK/export.err" ||
+  { cat "$WORK/export.err" >&2; exit 1; }
 mapfile -t MODELS < <($PY -c 'import json,sys
 for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"], j["size"])' "$WORK/models.jsonl")
 

@@ -75,16 +75,32 @@ def models():
     }
 
 
-# Rows per model so that one precompute runs about 10 s on the 2-core build machine (the short end
-# of 10-30 s, so that 5 rounds of the benchmark fit in 15 minutes), in 4 batches of 64 or more.
+# Rows per model so that one precompute runs about 10 s on the 2-core build machine of stops 30-36
+# (the short end of 10-30 s, so that 5 rounds of the benchmark fit in 15 minutes), in 4 batches of
+# 64 or more. A faster machine runs them in less (stop 37's VM: MobileNetV2 4-5 s, ResNet-50 6-7 s);
+# --rows name=N,... (bench_encoders.sh: ROWS=...) sets other counts, in multiples of 64.
 ROWS = {"mobilenet_v2": 7680, "resnet50": 832, "convnext_tiny": 640, "vit_b_16": 256}
+
+
+def rows_override(text):
+    """{name: rows} from "name=N,name=N"; a clear error for an unknown name or a bad count."""
+    rows = {}
+    for item in filter(None, text.split(",")):
+        name, _, count = item.partition("=")
+        if name not in ROWS or not count.isdigit() or int(count) < 64 or int(count) % 64:
+            raise SystemExit(f"export_torchvision: --rows {item!r}: want NAME=N with NAME one of "
+                             f"{', '.join(ROWS)} and N a multiple of 64")
+        rows[name] = int(count)
+    return rows
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out_dir")
     p.add_argument("--only", default="")
+    p.add_argument("--rows", default="", help="name=N,... rows for these models instead of ROWS")
     args = p.parse_args()
+    rows_by_name = {**ROWS, **rows_override(args.rows)}
     os.makedirs(args.out_dir, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
     torch.manual_seed(0)
@@ -98,7 +114,7 @@ def main():
             shapes = [list(t.shape[1:]) for t in traced(example)]
         path = os.path.join(args.out_dir, name + ".pt")
         traced.save(path)
-        rows = ROWS[name]
+        rows = rows_by_name[name]
         data = os.path.join(args.out_dir, f"data-{size}-{rows}.h5")
         if not os.path.exists(data):
             rng = np.random.default_rng(0)
