@@ -21,7 +21,7 @@ int depth = 0;
 // Address space, not memory: only the pages a run touches are ever backed.
 constexpr std::int64_t kHugePageReserveBytes = std::int64_t(1) << 30;
 
-std::string first_line(const char* path) {
+std::string first_line_of_file(const char* path) {
   std::ifstream file(path);
   std::string line;
   std::getline(file, line);
@@ -31,9 +31,9 @@ std::string first_line(const char* path) {
 // Huge pages where the kernel gives them on request, and a reservation only where address space
 // costs nothing: under strict overcommit (mode 2) it would count against the commit limit.
 bool reserve_huge_pages_here() {
-  const std::string modes = first_line("/sys/kernel/mm/transparent_hugepage/enabled");
+  const std::string modes = first_line_of_file("/sys/kernel/mm/transparent_hugepage/enabled");
   const bool on_request = modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
-  return on_request && first_line("/proc/sys/vm/overcommit_memory") != "2";
+  return on_request && first_line_of_file("/proc/sys/vm/overcommit_memory") != "2";
 }
 
 std::uintptr_t page_aligned(std::uintptr_t at, bool up) {
