@@ -129,6 +129,21 @@ class ConvBn(nn.Module):
         return [a, b, b.mean(dim=(2, 3))]
 
 
+class ConvBnResidual(ConvBn):
+    """ConvBn with a residual add, as in MobileNetV2 and ResNet: optimize_for_inference hands the add
+    to oneDNN's binary kernel, which divides by the L1 size it computed (onednn_cache_view.hpp)."""
+
+    def __init__(self, in_ch: int = 3):
+        super().__init__(in_ch)
+        self.residual = nn.Sequential(*ConvBn.block(16, 16, 1)[:2])
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        a = self.first(x)
+        a = a + self.residual(a)
+        b = self.second(a)
+        return [a, b, b.mean(dim=(2, 3))]
+
+
 class BadRank(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return x.mean(dim=(1, 2, 3))
@@ -374,6 +389,7 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
     torch.jit.save(torch.jit.script(Heavy(in_ch, 64, 128, 6, pooled=True).eval()), os.path.join(out_dir, "bench_heavy.pt"))
     torch.jit.save(torch.jit.script(ProbeBackbone().eval()), os.path.join(out_dir, "bench_probe.pt"))
     torch.jit.save(torch.jit.script(ConvBn(in_ch).eval()), os.path.join(out_dir, "conv_bn.pt"))
+    torch.jit.save(torch.jit.script(ConvBnResidual(in_ch).eval()), os.path.join(out_dir, "conv_bn_residual.pt"))
     vit = TinyViT(in_ch).eval()
     torch.jit.save(torch.jit.script(vit), os.path.join(out_dir, "vit_scripted.pt"))
     traced = torch.jit.trace(vit, example, check_inputs=[(torch.randn(5, in_ch, 32, 32),)], strict=False)

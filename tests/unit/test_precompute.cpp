@@ -22,6 +22,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
+#include "embcache/encoder/onednn_cache_view.hpp"
 #include "embcache/core/bounded_queue.hpp"
 #include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
@@ -527,6 +528,35 @@ TEST_CASE("an encoder that cannot be frozen runs as loaded by default, and --opt
   CHECK(contains(message, "--no-optimize"));
   CHECK(message.find('\n') == std::string::npos);
   CHECK(CacheReader(s.cache).rows() == 24);
+}
+
+TEST_CASE("a residual CNN precomputes by default on every CPU; optimised only where oneDNN's kernels can run") {
+  // On a VM whose cpuid hides the caches, oneDNN 3.6 (Debian 13) died with SIGFPE on this
+  // encoder's first optimised batch (onednn_cache_view.hpp); elsewhere it is optimised.
+  const std::optional<OneDnnCaches> view = onednn_cache_view();
+  const std::string hazard = view ? onednn_kernel_hazard(*view) : "";
+  INFO("oneDNN's hazard on this machine: " << (hazard.empty() ? "none" : hazard));
+  Setup s;
+  PrecomputeOptions o = s.options("conv_bn_residual.pt");
+  const Encoder tried(o.encoder, c10::Device(c10::kCPU), Amp::kNone, Optimization::kWhereItHelps);
+  CHECK(tried.optimized() == hazard.empty());
+  CHECK(tried.optimization_failure() == hazard);
+  PrecomputeSummary summary;
+  CHECK(count_calls(o, &summary) > 0);
+  CHECK(summary.encoder_optimized == hazard.empty());
+  CHECK(CacheReader(s.cache).signature().contains("encoder_optimization") == hazard.empty());
+  CHECK(CacheReader(s.cache).rows() == 24);
+  o.optimize = true;
+  o.overwrite = true;
+  if (hazard.empty()) {
+    CHECK_NOTHROW(precompute(o));
+  } else {
+    const std::string message = error_of<InputError>(o);
+    CHECK(contains(message, "oneDNN"));
+    CHECK(contains(message, "--no-optimize"));
+    CHECK(message.find('\n') == std::string::npos);
+    CHECK(CacheReader(s.cache).rows() == 24);  // untouched
+  }
 }
 
 TEST_CASE("levels are selected by index or dict key; unknown levels are refused before writing") {

@@ -27,6 +27,7 @@ TORCH_API void overrideCanFuseOnCPU(bool value);
 
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/archive_diagnosis.hpp"
+#include "embcache/encoder/onednn_cache_view.hpp"
 
 namespace embcache {
 namespace {
@@ -147,10 +148,19 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimizat
   if (optimization == Optimization::kNone) return;
   if (optimization == Optimization::kWhereItHelps && !has_batch_norm(impl_->module)) return;
   optimization_failure_ = optimize_module();
+  // Whether the file can be frozen is said first: the user can change that, not the machine.
+  if (optimization_failure_.empty() && device_.is_cpu()) {
+    const std::optional<OneDnnCaches> view = onednn_cache_view();
+    optimization_failure_ = view ? onednn_kernel_hazard(*view) : "";
+    if (!optimization_failure_.empty()) {
+      impl_->module = *impl_->plain;
+      impl_->plain.reset();
+    }
+  }
   optimized_ = optimization_failure_.empty();
   if (!optimized_ && optimization == Optimization::kRequired) {
-    throw InputError(path_ + ": cannot be frozen to optimise it (" + optimization_failure_ +
-                     "); run with --no-optimize (a cache made with an optimised encoder then needs another --out, "
+    throw InputError(path_ + ": cannot be optimised: " + optimization_failure_ +
+                     "; run with --no-optimize (a cache made with an optimised encoder then needs another --out, "
                      "or --overwrite)");
   }
 }
@@ -171,7 +181,7 @@ std::string Encoder::optimize_module() {
   } catch (const std::exception& e) {
     failure = first_line(e.what());
   }
-  return failure;
+  return failure.empty() ? failure : "it cannot be frozen (" + failure + ")";
 }
 
 OptimizationDifference Encoder::measure_optimization(const at::Tensor& sample) {

@@ -116,7 +116,7 @@ std::unique_ptr<Encoder> load_encoder(const PrecomputePlan& plan, std::string* s
   auto encoder = std::make_unique<Encoder>(plan.encoder, plan.device, plan.amp, encoder_optimization(plan));
   *sha256 = hash.get();
   if (!encoder->optimization_failure().empty() && !plan.quiet) {
-    std::fprintf(stderr, "embcache: note: %s cannot be frozen (%s); it runs as loaded (--no-optimize silences this)\n",
+    std::fprintf(stderr, "embcache: note: %s runs as loaded, not optimised: %s (--no-optimize silences this)\n",
                  plan.encoder.c_str(), encoder->optimization_failure().c_str());
   }
   return encoder;
