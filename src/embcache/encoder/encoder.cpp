@@ -79,18 +79,36 @@ bool runs_node(const torch::jit::Block* block, c10::Symbol kind, std::unordered_
   return false;
 }
 
-// Whether forward, or a method or function it calls, runs a batch norm: what freezing folds into
-// the convolution before it. A graph that cannot be read counts as none: the module then runs
-// as loaded.
-bool has_batch_norm(const torch::jit::script::Module& module) {
+// Whether forward, or a method or function it calls, has a node of `kind` (a qualified name). A
+// graph that cannot be read counts as none.
+bool forward_runs(const torch::jit::script::Module& module, const char* kind) {
   try {
     const auto method = module.find_method("forward");
     if (!method) return false;
     std::unordered_set<const torch::jit::Graph*> seen;
-    return runs_node(method->graph()->block(), c10::Symbol::fromQualString("aten::batch_norm"), seen);
+    return runs_node(method->graph()->block(), c10::Symbol::fromQualString(kind), seen);
   } catch (const std::exception&) {
     return false;
   }
+}
+
+// Whether forward runs a batch norm: what freezing folds into the convolution before it. A module
+// without one runs as loaded.
+bool has_batch_norm(const torch::jit::script::Module& module) { return forward_runs(module, "aten::batch_norm"); }
+
+// Whether an optimised module runs oneDNN's binary kernel: optimize_for_inference puts a
+// BroadcastMKLDNNTensors before each add or multiply of two tensors it keeps in oneDNN's layout
+// (the residual adds of MobileNetV2 and ResNet-50).
+bool runs_onednn_binary_kernel(const torch::jit::script::Module& module) {
+  return forward_runs(module, "prim::BroadcastMKLDNNTensors");
+}
+
+// Why the optimised module cannot run on this CPU, or "": oneDNN's binary kernel divides by the
+// cache sizes it computed, which some VMs leave at 1 byte (onednn_cache_view.hpp).
+std::string cpu_kernel_hazard(const torch::jit::script::Module& optimized) {
+  const std::optional<OneDnnCaches> view = onednn_cache_view();
+  if (!view || !runs_onednn_binary_kernel(optimized)) return "";
+  return onednn_kernel_hazard(*view);
 }
 
 }  // namespace
@@ -150,8 +168,7 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimizat
   optimization_failure_ = optimize_module();
   // Whether the file can be frozen is said first: the user can change that, not the machine.
   if (optimization_failure_.empty() && device_.is_cpu()) {
-    const std::optional<OneDnnCaches> view = onednn_cache_view();
-    optimization_failure_ = view ? onednn_kernel_hazard(*view) : "";
+    optimization_failure_ = cpu_kernel_hazard(impl_->module);
     if (!optimization_failure_.empty()) {
       impl_->module = *impl_->plain;
       impl_->plain.reset();

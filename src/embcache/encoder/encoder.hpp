@@ -38,7 +38,7 @@ inline constexpr const char* kEncoderOptimization = "freeze+optimize_for_inferen
 // prepacking on CPU), or left as loaded.
 enum class Optimization {
   kNone,        // as loaded
-  kRequired,    // optimised; InputError when the module cannot be frozen or oneDNN cannot run it
+  kRequired,    // optimised; InputError when the module cannot be frozen or oneDNN cannot run it here
   // Optimised when the module has a batch norm to fold and can be frozen, else as loaded
   // (optimization_failure() says why when freezing failed). Measured on 2 cores, optimising gains
   // what folding and prepacking convolutions give: MobileNetV2 and ResNet-50 0.52x and 0.80x the
@@ -64,7 +64,7 @@ class Encoder {
   OptimizationDifference measure_optimization(const at::Tensor& sample);
   bool optimized() const { return optimized_; }
   // kWhereItHelps only: why it runs as loaded ("" when it was optimised or not tried): it cannot
-  // be frozen, or (CPU) oneDNN's optimised kernels cannot run on this machine (onednn_cache_view.hpp).
+  // be frozen, or (CPU) oneDNN cannot run its adds once optimised on this machine (onednn_cache_view.hpp).
   const std::string& optimization_failure() const { return optimization_failure_; }
   c10::Device device() const { return device_; }
   const std::string& path() const { return path_; }

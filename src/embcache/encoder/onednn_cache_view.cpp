@@ -21,7 +21,7 @@ std::string onednn_kernel_hazard(const OneDnnCaches& view) {
   if (view.l1 >= kSmallest && view.l2 >= kSmallest) return "";
   return "oneDNN sees " + std::to_string(view.l1) + "-byte L1 and " + std::to_string(view.l2) +
          "-byte L2 caches per core on this CPU (its cpuid cache leaves are empty, as in some VMs), and its "
-         "optimised kernels divide by them";
+         "binary kernel, which runs the optimised encoder's adds, divides by them";
 }
 
 }  // namespace embcache
