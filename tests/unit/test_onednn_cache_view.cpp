@@ -21,7 +21,8 @@ bool library_loaded(const std::string& name) {
   dl_iterate_phdr(
       [](dl_phdr_info* info, std::size_t, void* data) {
         auto* s = static_cast<Search*>(data);
-        if (info->dlpi_name != nullptr && std::string(info->dlpi_name).find(s->name) != std::string::npos) s->found = true;
+        const std::string path = info->dlpi_name != nullptr ? info->dlpi_name : "";
+        if (path.find(s->name) != std::string::npos) s->found = true;
         return 0;
       },
       &search);

@@ -40,10 +40,11 @@ enum class Optimization {
   kNone,        // as loaded
   kRequired,    // optimised; InputError when the module cannot be frozen or oneDNN cannot run it here
   // Optimised when the module has a batch norm to fold and can be frozen, else as loaded
-  // (optimization_failure() says why when freezing failed). Measured on 2 cores, optimising gains
-  // what folding and prepacking convolutions give: MobileNetV2 and ResNet-50 0.52x and 0.80x the
-  // plain wall time; ConvNeXt-T (layer norms) ran ~9% slower per call and ViT-B/16 no faster, and
-  // both paid 0.2-0.4 s more before the first call (docs/precompute.md, "Performance").
+  // (optimization_failure() says why when it was tried and failed). Measured on 2 cores,
+  // optimising gains what folding and prepacking convolutions give: MobileNetV2 and ResNet-50
+  // 0.52x and 0.80x the plain wall time; ConvNeXt-T (layer norms) ran ~9% slower per call and
+  // ViT-B/16 no faster, and both paid 0.2-0.4 s more before the first call (docs/precompute.md,
+  // "Performance").
   kWhereItHelps,
 };
 
