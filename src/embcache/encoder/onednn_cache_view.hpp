@@ -1,4 +1,4 @@
-// The CPU caches as oneDNN sees them, and whether its prepacked kernels can run with that view.
+// The CPU caches as oneDNN sees them, and whether its binary kernel can run with that view.
 #pragma once
 
 #include <optional>
@@ -18,12 +18,13 @@ struct OneDnnCaches {
 // export it (Debian 12's oneDNN 2.6) or none is loaded.
 std::optional<OneDnnCaches> onednn_cache_view();
 
-// Why oneDNN's binary kernel cannot run with this view, or "" when it can. Some VMs
-// advertise AMD's cache-topology cpuid leaf (0x8000001D) and return zeros from it; oneDNN 3.6 then
-// computes 1-byte caches at every level, and its binary kernel (the residual adds that
+// Why oneDNN's binary kernel cannot run with this view, or "" when it can. Some VMs advertise
+// AMD's cache-topology cpuid leaf (0x8000001D) and return zeros from it; oneDNN 3.6 then computes
+// 1-byte caches at every level, and its binary kernel (the residual adds that
 // optimize_for_inference hands to oneDNN, as in MobileNetV2 and ResNet-50) divides by
-// L1 / 8 = 0: SIGFPE on the first batch (docs/precompute.md, "--optimize"). Its convolution,
-// pooling and activation kernels ran with this view, on this VM, in MobileNetV2 and ResNet-50.
+// L1 / 8 = 0: SIGFPE on the first batch (docs/precompute.md, "Huge pages for the heap", its
+// Debian 13 paragraph). Its convolution, pooling and activation kernels ran with this view, on
+// that VM, in MobileNetV2 and ResNet-50.
 std::string onednn_kernel_hazard(const OneDnnCaches& view);
 
 }  // namespace embcache
