@@ -384,17 +384,18 @@ TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason" * doctest:
   REQUIRE_THROWS_AS(CacheFileReader(dir.file("x.h5")), InputError);
 }
 
-TEST_CASE("a dataset read row by row caches every chunk one row touches, within the cap" * doctest::test_suite("dataset")) {
+TEST_CASE("a dataset read row by row caches every compressed chunk one row touches, within the cap; "
+          "uncompressed chunks of whole rows are read without a cache" * doctest::test_suite("dataset")) {
   testing::TempDir dir;
   h5::Handle file = h5::create_file(dir.file("rows.h5"));
   // [32, 4, 256, 256] uint8 in 1 MiB chunks of 16 rows x 4 x 128 x 128: a row touches 4 chunks.
   const std::vector<hsize_t> dims = {32, 4, 256, 256};
-  const auto make = [&](const char* name, std::vector<hsize_t> chunk) {
+  const auto make = [&](const char* name, std::vector<hsize_t> chunk, bool deflate = true) {
     h5::Handle space(H5Screate_simple(4, dims.data(), nullptr), H5Sclose);
     h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
     if (!chunk.empty()) {
       H5Pset_chunk(dcpl.get(), 4, chunk.data());
-      H5Pset_deflate(dcpl.get(), 1);
+      if (deflate) H5Pset_deflate(dcpl.get(), 1);
     }
     h5::Handle ds(H5Dcreate2(file.get(), name, H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
                   H5Dclose);
@@ -404,6 +405,8 @@ TEST_CASE("a dataset read row by row caches every chunk one row touches, within 
   make("shared", {16, 4, 128, 128});
   make("one_row", {1, 4, 128, 128});
   make("contiguous", {});
+  make("plain_rows", {16, 4, 256, 256}, false);
+  make("plain_tiles", {16, 4, 128, 128}, false);
   const auto cache_bytes = [](hid_t ds) {
     h5::Handle dapl(H5Dget_access_plist(ds), H5Pclose);
     std::size_t slots = 0, bytes = 0;
@@ -427,6 +430,18 @@ TEST_CASE("a dataset read row by row caches every chunk one row touches, within 
   CHECK(cache_bytes(one_row.get()) == MiB);
   h5::Handle contiguous = h5::open_dataset_for_rows(file.get(), "contiguous", 256 * MiB, &needed);
   CHECK(needed == 0);
+  // Uncompressed chunks of whole rows: HDF5 reads the rows straight into the caller's buffer.
+  h5::Handle plain_rows = h5::open_dataset_for_rows(file.get(), "plain_rows", 256 * MiB, &needed);
+  CHECK(needed == 4 * MiB);
+  CHECK(cache_bytes(plain_rows.get()) == 0);
+  // Rows 10-21 span two chunks.
+  const at::Tensor block = at::empty({12, 4, 256, 256}, at::kByte);
+  h5::read_rows(plain_rows.get(), H5T_NATIVE_UINT8, 10, 12, block.data_ptr(), "plain_rows");
+  const at::Tensor expected = at::arange(10 * 4 * 256 * 256, 22 * 4 * 256 * 256, at::kLong).remainder(251).to(at::kByte);
+  CHECK(at::equal(block.flatten(), expected));
+  // Uncompressed chunks of parts of rows keep the cache: a row is read from four chunks.
+  h5::Handle plain_tiles = h5::open_dataset_for_rows(file.get(), "plain_tiles", 256 * MiB, &needed);
+  CHECK(cache_bytes(plain_tiles.get()) >= 4 * MiB);
 }
 
 TEST_CASE("a flipped byte in a stored chunk is detected by its checksum") {
