@@ -26,22 +26,42 @@ struct StageTime {
   double wall = 0, cpu = 0;
 };
 
-// Measures one piece of a stage's work, from construction (or restart()) to add_to().
+// Wall time of one piece of a stage's work, from construction (or restart()) to add_to(); the
+// CPU time is CpuLedger's.
 class StageStopwatch {
  public:
   StageStopwatch() { restart(); }
-  void restart() {
-    wall_ = Clock::now();
-    cpu_ = thread_cpu_seconds();
-  }
-  void add_to(StageTime& time) const {
-    time.wall += seconds_since(wall_);
-    time.cpu += thread_cpu_seconds() - cpu_;
-  }
+  void restart() { wall_ = Clock::now(); }
+  void add_to(StageTime& time) const { time.wall += seconds_since(wall_); }
 
  private:
   Clock::time_point wall_;
-  double cpu_ = 0;
+};
+
+// Splits the calling thread's CPU time between the kinds of work it does (the `cpu` of each
+// StageTime), from construction to destruction. The thread's CPU clock is a system call (1.3 us
+// on the 2-core build VM), so it is read only where the kind changes: read per window and per
+// crop, it took 0.08 s of the prep stage's 0.33 s of CPU for MobileNetV2's 14,400 crops. The
+// little CPU a thread uses while it waits for work (it sleeps) goes to the kind it did last.
+// Lives in the thread it measures, and not beyond the StageTimes it charges.
+class CpuLedger {
+ public:
+  explicit CpuLedger(StageTime& first) : current_(&first), since_(thread_cpu_seconds()) {}
+  ~CpuLedger() { charge_to(*current_); }
+  CpuLedger(const CpuLedger&) = delete;
+  CpuLedger& operator=(const CpuLedger&) = delete;
+
+  // The CPU used since the last change goes to the kind before; from now on, to `next`.
+  void charge_to(StageTime& next) {
+    const double now = thread_cpu_seconds();
+    current_->cpu += now - since_;
+    since_ = now;
+    current_ = &next;
+  }
+
+ private:
+  StageTime* current_;
+  double since_;
 };
 
 }  // namespace embcache

@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/tensor_recycler.hpp"
 #include "embcache/h5/h5.hpp"
 
 namespace embcache {
@@ -137,20 +138,24 @@ class ArrayDataset final : public WindowSource {
     return std::max<std::int64_t>(1, kBlockBytes / row_bytes);
   }
 
+  // Into the memory of the block before, which its rows were copied out of (TensorRecycler says
+  // why): the block before is let go first.
   void read_block(std::int64_t start, std::int64_t rows) {
+    block_ = Block{};
     Block b;
     b.start = start;
     b.rows = rows;
     std::vector<std::int64_t> shape{rows, std::int64_t(dims_[1]), std::int64_t(dims_[2]), std::int64_t(dims_[3])};
     if (time_steps_ > 0) shape.insert(shape.begin() + 1, time_steps_);
-    b.pixels = at::empty(shape, at::TensorOptions().dtype(pixel_.scalar));
+    b.pixels = pixel_blocks_.take(shape, pixel_.scalar);
     h5::read_rows(images_.get(), pixel_.mem_type, hsize_t(start), hsize_t(rows), b.pixels.data_ptr(), path_ + ":/images");
     if (kinds_.has_value) {
-      b.values = kinds_.value_width == 0 ? at::empty({rows}, at::kFloat) : at::empty({rows, kinds_.value_width}, at::kFloat);
+      b.values = kinds_.value_width == 0 ? value_blocks_.take({rows}, at::kFloat)
+                                         : value_blocks_.take({rows, kinds_.value_width}, at::kFloat);
       h5::read_rows(labels_.get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(rows), b.values.data_ptr(), path_ + ":/labels");
     }
     if (kinds_.has_mask) {
-      b.mask = at::empty({rows, std::int64_t(dims_[2]), std::int64_t(dims_[3])}, at::kInt);
+      b.mask = mask_blocks_.take({rows, std::int64_t(dims_[2]), std::int64_t(dims_[3])}, at::kInt);
       h5::read_rows(masks_.get(), H5T_NATIVE_INT32, hsize_t(start), hsize_t(rows), b.mask.data_ptr(), path_ + ":/masks");
     }
     block_ = std::move(b);
@@ -266,6 +271,7 @@ class ArrayDataset final : public WindowSource {
   LabelKinds kinds_;
   std::vector<std::int64_t> class_ids_;  // /labels, with class labels
   Block block_;
+  TensorRecycler pixel_blocks_{1}, value_blocks_{1}, mask_blocks_{1};
 };
 
 }  // namespace

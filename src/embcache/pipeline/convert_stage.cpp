@@ -56,14 +56,28 @@ void ConvertStage::gather_labels(const std::vector<CropItem>& items, RowBatch& r
   if (labels_.has_pixel_value) rows.label_pixel_value = at::stack(pixel_values).contiguous();
 }
 
+namespace {
+
+// A level's rows on the host as stored: converted by torch, never by HDF5 (values too large for a
+// 16-bit dtype become Inf here), into memory of `memory`; on a GPU the conversion comes first, so
+// that fewer bytes cross to the host. Rows the encoder returned as stored are kept as they are.
+at::Tensor host_rows(const at::Tensor& level, at::ScalarType stored, TensorRecycler& memory) {
+  if (level.is_cpu() && level.scalar_type() == stored && level.is_contiguous()) return level;
+  at::Tensor host = memory.take(level.sizes(), stored);
+  host.copy_(level.is_cpu() ? level : level.to(stored));
+  return host;
+}
+
+}  // namespace
+
 RowBatch ConvertStage::convert(EncodedBatch& encoded) {
   if (specs_.empty()) specs_ = context_.levels();
   const at::ScalarType target = torch_type(storage_.dtype);
   RowBatch rows;
   if (storage_.dtype == StorageDtype::kInt8) return quantize(encoded);
-  for (const auto& level : encoded.levels) {
-    // By torch, never by HDF5; values too large for a 16-bit dtype become Inf here.
-    rows.levels.push_back(level.to(target).to(at::kCPU).contiguous());
+  if (level_rows_.size() < encoded.levels.size()) level_rows_.resize(encoded.levels.size(), TensorRecycler(kKeptRows));
+  for (std::size_t k = 0; k < encoded.levels.size(); ++k) {
+    rows.levels.push_back(host_rows(encoded.levels[k], target, level_rows_[k]));
     feature_bytes += std::int64_t(rows.levels.back().nbytes());
   }
   if (const auto bad = scan_rows(rows, storage_, !allow_nonfinite_)) {
@@ -107,6 +121,7 @@ RowBatch ConvertStage::quantize(EncodedBatch& encoded) {
 }
 
 void ConvertStage::run() {
+  const CpuLedger cpu(time);
   bool normal_now = true;  // threads start at normal scheduling
   priority_.follow(normal_now);
   while (auto encoded = in_.pop()) {

@@ -9,6 +9,7 @@
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/label_kinds.hpp"
+#include "embcache/core/tensor_recycler.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/run_context.hpp"
 #include "embcache/pipeline/stage_items.hpp"
@@ -51,6 +52,10 @@ class ConvertStage {
   RunContext& context_;
   const StagePriority& priority_;
   std::vector<LevelSpec> specs_;
+  // Per level, the rows' memory, filled again once written (TensorRecycler says why): at most
+  // the batches alive at once, this stage's, two in the row queue and the one being written.
+  static constexpr std::size_t kKeptRows = 4;
+  std::vector<TensorRecycler> level_rows_;
 };
 
 }  // namespace embcache

@@ -41,16 +41,19 @@ void IoStage::read_ahead() {
   }
 }
 
-void IoStage::write(const RowBatch& rows) {
+void IoStage::write(const RowBatch& rows, CpuLedger& cpu) {
   const StageStopwatch watch;
   const StageTime read_before = read_time;  // reads between chunks are read time
+  cpu.charge_to(write_time);
   // Between two chunks the batch is half written: a read error waits until it is complete.
-  auto read_between_chunks = [this] {
+  auto read_between_chunks = [this, &cpu] {
+    cpu.charge_to(read_time);
     try {
       read_ahead();
     } catch (...) {
       read_error_ = std::current_exception();
     }
+    cpu.charge_to(write_time);
   };
   try {
     if (!levels_set_) {
@@ -62,10 +65,10 @@ void IoStage::write(const RowBatch& rows) {
     failed_writing = true;
     throw;
   }
+  cpu.charge_to(read_time);
   StageTime batch_time;
   watch.add_to(batch_time);
   write_time.wall += batch_time.wall - (read_time.wall - read_before.wall);
-  write_time.cpu += batch_time.cpu - (read_time.cpu - read_before.cpu);
   rows_written += std::int64_t(rows.size());
   progress_.update(rows_written + done_elsewhere_);
   if (read_error_) std::rethrow_exception(read_error_);
@@ -80,6 +83,7 @@ void IoStage::wait_for_work() {
 }
 
 void IoStage::run() {
+  CpuLedger cpu(read_time);
   bool normal_now = true;  // threads start at normal scheduling
   priority_.follow(normal_now);
   h5::silence_errors_on_this_thread();
@@ -87,7 +91,7 @@ void IoStage::run() {
     priority_.follow(normal_now);
     read_ahead();
     if (auto rows = rows_.try_pop()) {
-      write(*rows);
+      write(*rows, cpu);
       continue;
     }
     if (rows_.drained()) {
@@ -100,12 +104,14 @@ void IoStage::run() {
 }
 
 void IoStage::read_all() {
+  CpuLedger cpu(read_time);
   h5::silence_errors_on_this_thread();
   while (!reading_done_ && !context_.failed()) read_ahead();
 }
 
 void IoStage::write_all() {
-  while (auto rows = rows_.try_pop()) write(*rows);
+  CpuLedger cpu(read_time);
+  while (auto rows = rows_.try_pop()) write(*rows, cpu);
   finished = true;
 }
 

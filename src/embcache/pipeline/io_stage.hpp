@@ -41,7 +41,8 @@ class IoStage {
  private:
   // Reads windows while the raw queue has room; closes it after the last window or on a stop.
   void read_ahead();
-  void write(const RowBatch& rows);
+  // `cpu`: this thread's, charging read_time; the write's CPU goes to write_time.
+  void write(const RowBatch& rows, CpuLedger& cpu);
   void wait_for_work();
 
   WindowSource& source_;

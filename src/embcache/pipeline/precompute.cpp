@@ -46,6 +46,10 @@ struct Queues {
     rows.close();
   }
   static constexpr std::size_t kUnbounded = std::numeric_limits<std::size_t>::max();
+  // The most batches of the prep stage's slots alive at once, bounded: the crop queue's two
+  // batches' worth of crops span up to three, then the encoder's, two encoded and the one the
+  // convert stage holds.
+  static constexpr std::size_t kBatchesHeld = 7;
   RawQueue raw;
   CropQueue crops;
   EncodedQueue encoded;
@@ -238,6 +242,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   prep.cropper.mask_pad_value = labels.ignore_index;
   // Under --batch-size auto every candidate divides the largest, so batches stay aligned to slots.
   prep.batch_slots = plan.max_batch();
+  prep.kept_batches = Queues::kBatchesHeld;
   EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.layout, plan.storage.dtype,
                                hooks.on_encoder_call};
   Stages stages{

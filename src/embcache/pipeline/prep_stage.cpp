@@ -27,7 +27,8 @@ std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, con
 
 PrepStage::PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,
                      const std::unordered_map<std::string, std::uint64_t>& committed, const StagePriority& priority)
-    : in_(in), out_(out), windows_(windows), settings_(std::move(settings)), committed_(committed), priority_(priority) {}
+    : in_(in), out_(out), windows_(windows), settings_(std::move(settings)), committed_(committed), priority_(priority),
+      batches_(settings_.kept_batches) {}
 
 bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
   const WindowInfo& info = windows_[raw.index];
@@ -73,13 +74,14 @@ at::Tensor PrepStage::next_slot(at::IntArrayRef shape) {
   if (!batch_.defined() || batch_used_ == batch_.size(0) || batch_.sizes().slice(1) != shape) {
     std::vector<std::int64_t> sizes{settings_.batch_slots};
     sizes.insert(sizes.end(), shape.begin(), shape.end());
-    batch_ = at::empty(sizes, at::kFloat);
+    batch_ = batches_.take(sizes, at::kFloat);
     batch_used_ = 0;
   }
   return batch_[batch_used_++];
 }
 
 void PrepStage::run() {
+  const CpuLedger cpu(time);
   bool normal_now = true;  // threads start at normal scheduling
   priority_.follow(normal_now);
   while (auto raw = in_.pop()) {
@@ -89,6 +91,7 @@ void PrepStage::run() {
     watch.add_to(time);
   }
   batch_ = at::Tensor();  // its crops keep it while they need it
+  batches_.clear();
   out_.close();
 }
 

@@ -10,6 +10,7 @@
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/label_kinds.hpp"
+#include "embcache/core/tensor_recycler.hpp"
 #include "embcache/dataset/crop_grid.hpp"
 #include "embcache/dataset/cropper.hpp"
 #include "embcache/encoder/preprocess.hpp"
@@ -37,6 +38,10 @@ class PrepStage {
     // that the encoder forms its batches of them without a copy (EncodeStage); 0: each crop
     // in a tensor of its own.
     std::int64_t batch_slots = 0;
+    // Batches whose memory is filled again once the encoder and the later stages are done with
+    // them (TensorRecycler says why): at most as many as the queues hold at their fullest, so
+    // memory stays what the run already needed.
+    std::size_t kept_batches = 0;
   };
   // `committed`: the cache's rows, map_key -> content hash.
   PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,
@@ -63,6 +68,7 @@ class PrepStage {
   const std::unordered_map<std::string, std::uint64_t>& committed_;
   const StagePriority& priority_;
   at::Tensor batch_;  // [batch_slots, crop shape], filled up to batch_used_
+  TensorRecycler batches_;
   std::int64_t batch_used_ = 0;
 };
 
