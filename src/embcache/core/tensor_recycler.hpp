@@ -9,13 +9,13 @@
 
 namespace embcache {
 
-// Why: on some VMs the first touch of a page costs far more than its later use, by the process
-// and again by the kernel when it first copies into it (a pread). On the 2-core build VM of
-// stop 39, a pread into 4 MiB from a fresh allocation ran at 0.4-0.9 GB/s, into memory it had
-// filled before at 12-17 GB/s; precompute's read stage spent 0.37-0.68 s of CPU reading 398 MB
-// of MobileNetV2 input, 0.16-0.19 s once its blocks were reused (docs/precompute.md). glibc's
-// malloc may hand a freed block to any thread's next request, so freeing and allocating the same
-// size does not give the same memory back.
+// Why: on some VMs the first write into a page costs far more than later ones, by the process
+// and again by the kernel when a read() first copies into it. On the 2-core build VM, preads of
+// 4 MiB into memory freed and allocated again between reads (glibc gave it back to the system)
+// ran at 0.43 GB/s, into one buffer used again at 17 GB/s; precompute's read stage spent 0.58 s
+// of one MobileNetV2 run in the kernel's copy into its fresh blocks (docs/precompute.md
+// "Performance"). glibc's malloc may hand a freed block to any thread's next request, so freeing
+// and allocating the same size does not give the same memory back.
 //
 // Keeps up to `keep` tensors it handed out. Not thread-safe: one owner takes from it; the tensors
 // (and views of them) may live on in other threads, and a tensor is handed out again only once
