@@ -22,19 +22,22 @@ TEST_CASE("a recycled tensor comes back only once nothing else refers to its mem
   CHECK(third.data_ptr() != second.data_ptr());
   row = at::Tensor();
   // Two are kept: the first is free again; the third was not kept.
-  const void* third_memory = third.data_ptr();
   third = at::Tensor();
   at::Tensor again = recycler.take({4, 3}, at::kFloat);
   CHECK(again.data_ptr() == first_memory);
   CHECK((again.sizes() == at::IntArrayRef({4, 3})));
   CHECK((again.scalar_type() == at::kFloat));
   CHECK(again.is_contiguous());
-  // Another shape or type is new memory.
+  // Another shape or type is not a kept tensor, though the second is free.
+  const void* second_memory = second.data_ptr();
   second = at::Tensor();
-  CHECK(recycler.take({3, 4}, at::kFloat).data_ptr() != third_memory);
+  const at::Tensor other_shape = recycler.take({3, 4}, at::kFloat);
+  CHECK(other_shape.data_ptr() != second_memory);
+  CHECK(other_shape.data_ptr() != first_memory);
   at::Tensor other_type = recycler.take({4, 3}, at::kHalf);
+  CHECK(other_type.data_ptr() != second_memory);
   CHECK((other_type.scalar_type() == at::kHalf));
-  // After clear(), nothing comes back.
+  // After clear(), it starts afresh and keeps what it hands out next.
   again = at::Tensor();
   recycler.clear();
   at::Tensor after_clear = recycler.take({4, 3}, at::kFloat);
