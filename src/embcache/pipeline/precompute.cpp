@@ -37,8 +37,8 @@ namespace {
 struct Queues {
   Queues(std::size_t max_batch, std::size_t max_crops_per_window, bool bounded)
       : raw(bounded ? raw_queue_windows(max_batch, max_crops_per_window) : kUnbounded),
-        crops(bounded ? 2 * max_batch : kUnbounded),
-        encoded(bounded ? 2 : kUnbounded), rows(bounded ? 2 : kUnbounded) {}
+        crops(bounded ? kCropBatches * max_batch : kUnbounded),
+        encoded(bounded ? kEncodedBatches : kUnbounded), rows(bounded ? 2 : kUnbounded) {}
   void close_all() {
     raw.close();
     crops.close();
@@ -46,10 +46,11 @@ struct Queues {
     rows.close();
   }
   static constexpr std::size_t kUnbounded = std::numeric_limits<std::size_t>::max();
-  // The most batches of the prep stage's slots alive at once, bounded: the crop queue's two
-  // batches' worth of crops span up to three, then the encoder's, two encoded and the one the
+  static constexpr std::size_t kCropBatches = 2, kEncodedBatches = 2;  // queue depths, in batches
+  // The most batches of the prep stage's slots alive at once, bounded: the crop queue's batches'
+  // worth of crops span one more than that, then the encoder's, the encoded ones and the one the
   // convert stage holds.
-  static constexpr std::size_t kBatchesHeld = 7;
+  static constexpr std::size_t kBatchesHeld = (kCropBatches + 1) + 1 + kEncodedBatches + 1;
   RawQueue raw;
   CropQueue crops;
   EncodedQueue encoded;

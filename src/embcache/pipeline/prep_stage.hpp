@@ -68,8 +68,8 @@ class PrepStage {
   const std::unordered_map<std::string, std::uint64_t>& committed_;
   const StagePriority& priority_;
   at::Tensor batch_;  // [batch_slots, crop shape], filled up to batch_used_
-  TensorRecycler batches_;
   std::int64_t batch_used_ = 0;
+  TensorRecycler batches_;  // where batch_ comes from
 };
 
 }  // namespace embcache
