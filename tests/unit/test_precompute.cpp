@@ -2,6 +2,7 @@
 
 #include <ATen/Parallel.h>
 #include <malloc.h>
+#include <sched.h>
 #include <omp.h>
 #include <sys/stat.h>
 #include <torch/cuda.h>
@@ -867,6 +868,7 @@ TEST_CASE("with every core busy, a heavy encoder's idle stages move to normal sc
   Setup s(96);
   PrecomputeOptions o = s.options("heavy.pt");
   o.batch_size = "2";
+  o.threads = 0;  // one per core: the encoder leaves none free, so its stages start idle
   PrecomputeSummary summary;
   {
     // A SCHED_IDLE stage gets ~0.3% of a core a normal thread wants: without the move, this run
@@ -945,6 +947,46 @@ TEST_CASE("idle stages wait while the encoder is inside a call, and go on when i
   normal.follow(normal_now);
   normal.encoder_call_ends();
   CHECK(normal_now);
+}
+
+TEST_CASE("an encoder that leaves cores free has nothing to share: under auto its stages run at normal scheduling, ungated") {
+  StagePriority spare(StageScheduling::kAuto, /*spare_cores=*/true);
+  CHECK(spare.decision() == "normal (spare cores)");
+  CHECK_FALSE(spare.watching());  // no starvation to judge
+  // No spin throttle: the encoder's OpenMP workers spin on their own cores.
+  CHECK_FALSE(spare.wait_decided([] { return false; }));
+  // A stage goes on while the encoder is inside a call.
+  spare.encoder_call_begins();
+  bool normal_now = false;
+  std::thread stage([&] { spare.follow(normal_now); });
+  stage.join();
+  spare.encoder_call_ends();
+  CHECK(normal_now);
+  // Decided from the start: the batches and waits that decide an undecided run change nothing.
+  for (int batch = 0; batch < 8; ++batch) spare.observe(4e6, 0.05);
+  spare.encoder_waited(100, 100);
+  CHECK(spare.decision() == "normal (spare cores)");
+  // --stage-priority idle and normal are obeyed as given.
+  CHECK(StagePriority(StageScheduling::kIdle, true).decision() == "idle");
+  CHECK(StagePriority(StageScheduling::kNormal, true).decision() == "normal");
+  CHECK(StagePriority(StageScheduling::kAuto, false).decision() == "idle (undecided)");
+}
+
+TEST_CASE("a run whose encoder threads leave cores free says so, and one with a thread per core starts idle") {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+  const int cores = CPU_COUNT(&allowed);
+  CHECK_FALSE(encoder_leaves_cores_free(cores));
+  CHECK(encoder_leaves_cores_free(cores - 1) == (cores > 1));
+  Setup s(8);
+  PrecomputeOptions o = s.options();
+  o.threads = 1;
+  CHECK(precompute(o).stage_priority == (cores > 1 ? "normal (spare cores)" : "idle (undecided)"));
+  o.overwrite = true;
+  o.threads = 0;  // one per core
+  const std::string decision = precompute(o).stage_priority;
+  CHECK(decision.rfind("normal (spare", 0) != 0);
 }
 
 TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; items_ready(n) agrees" * doctest::test_suite("core")) {

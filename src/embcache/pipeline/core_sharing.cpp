@@ -27,9 +27,20 @@ StageScheduling parse_stage_scheduling(const std::string& text) {
   throw UsageError(OptionName{"stage-priority"}, "expected auto, idle or normal, got \"" + text + "\"");
 }
 
-StagePriority::StagePriority(StageScheduling mode)
+StagePriority::StagePriority(StageScheduling mode, bool spare_cores)
     : adaptive_(mode == StageScheduling::kAuto),
-      state_(mode == StageScheduling::kNormal ? kNormal : mode == StageScheduling::kIdle ? kIdle : kUndecided) {}
+      state_(mode == StageScheduling::kNormal ? kNormal
+             : mode == StageScheduling::kIdle ? kIdle
+             : spare_cores                    ? kSpareCores
+                                              : kUndecided) {}
+
+bool encoder_leaves_cores_free(int threads) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed)
+                                                                            : int(std::thread::hardware_concurrency());
+  return threads < cores;
+}
 
 void StagePriority::follow(bool& normal_now) const {
   const int s = state_.load(std::memory_order_relaxed);
@@ -152,6 +163,8 @@ std::string StagePriority::decision() const {
       return "normal";
     case kStarved:
       return "normal (idle stages starved)";
+    case kSpareCores:
+      return "normal (spare cores)";
     case kIdle:
       return "idle";
     default:

@@ -20,13 +20,17 @@ namespace embcache {
 // and must not wait for gaps) and the encoder's OpenMP spinning is throttled. Other busy
 // processes can starve idle stages (a SCHED_IDLE thread gets ~0.3% of a core that a normal thread
 // wants): under auto they then move to normal scheduling (encoder_waited). "idle" never moves.
+// An encoder that leaves cores free (--threads below the cores the process may run on) has
+// nothing to share: under auto its stages run at normal scheduling from the start, ungated, on
+// the free cores, and its OpenMP workers spin on their own cores as libgomp would.
 enum class StageScheduling { kAuto, kIdle, kNormal };
 // "auto", "idle" or "normal" (--stage-priority); UsageError otherwise.
 StageScheduling parse_stage_scheduling(const std::string& text);
 
 class StagePriority {
  public:
-  explicit StagePriority(StageScheduling mode);
+  // `spare_cores`: the encoder computes on the CPU and leaves cores free (encoder_leaves_cores_free).
+  explicit StagePriority(StageScheduling mode, bool spare_cores = false);
   ~StagePriority();
   StagePriority(const StagePriority&) = delete;
   StagePriority& operator=(const StagePriority&) = delete;
@@ -70,7 +74,8 @@ class StagePriority {
   // encoder call, and at least every 20 ms); true when the stages run at normal scheduling
   // because the encoder is light (or as told).
   bool wait_decided(const std::function<bool()>& finished) const;
-  std::string decision() const;  // normal | idle | idle (undecided) | normal (idle stages starved)
+  // normal | idle | idle (undecided) | normal (idle stages starved) | normal (spare cores)
+  std::string decision() const;
 
   static constexpr double kStarvedSeconds = 1.0;
   static constexpr double kStarvedShare = 0.25;
@@ -78,8 +83,8 @@ class StagePriority {
 
  private:
   static constexpr int kObservedBatches = 8;
-  enum { kUndecided, kIdle, kNormal, kStarved };
-  static bool normal(int state) { return state == kNormal || state == kStarved; }
+  enum { kUndecided, kIdle, kNormal, kStarved, kSpareCores };
+  static bool normal(int state) { return state == kNormal || state == kStarved || state == kSpareCores; }
   void switch_to(int state);
   const bool adaptive_;  // auto: the decision may change
   std::atomic<int> state_;
@@ -100,6 +105,10 @@ class StagePriority {
   mutable std::mutex watched_mutex_;
   mutable std::vector<Watched> watched_;
 };
+
+// Whether an encoder with `threads` intra-op threads on the CPU leaves at least one of the cores
+// this process may run on (its CPU affinity: taskset, a Slurm job's cpuset) free for the stages.
+bool encoder_leaves_cores_free(int threads);
 
 // Features per second the writer is assumed to take; an encoder that makes more is light.
 // Measured on the 2-core machine: plain HDF5 3.3-3.8 GB/s, the writer ~3 GB/s. The benchmark's

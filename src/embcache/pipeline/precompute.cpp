@@ -237,7 +237,8 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   RunContext context;
   context.on_failure([&] { queues.close_all(); });
   // The serial executor runs in the caller's thread, whose scheduling it must not change.
-  StagePriority priority(hooks.serial ? StageScheduling::kNormal : plan.stage_scheduling);
+  StagePriority priority(hooks.serial ? StageScheduling::kNormal : plan.stage_scheduling,
+                         !plan.device.is_cuda() && encoder_leaves_cores_free(plan.threads));
   Progress progress("precompute", summary.crops_total, plan.quiet ? Progress::Mode::kQuiet : Progress::Mode::kAuto);
   PrepStage::Settings prep{plan.grid, plan.cropper, plan.preprocess, labels, plan.allow_nonfinite, encoder->optimized()};
   prep.cropper.mask_pad_value = labels.ignore_index;

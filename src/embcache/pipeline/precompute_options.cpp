@@ -95,7 +95,7 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
           &O::drop_behind);
     t.add("stage-priority",
         "Scheduling of reading/converting/writing: auto (idle while the encoder keeps the cores busy, "
-        "normal for light encoders), idle (leave the cores to the encoder) or normal (machines shared "
+        "normal for light encoders and when --threads leaves cores free), idle (leave the cores to the encoder) or normal (machines shared "
         "with other busy jobs)",
         &O::stage_priority);
     return t.take();
