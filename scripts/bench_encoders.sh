@@ -2,7 +2,7 @@
 # Real architectures through precompute against the same TorchScript file alone (issue 22).
 # MobileNetV2, ResNet-50, ConvNeXt-T and ViT-B/16 from Debian's python3-torchvision, random
 # weights (the time of a forward call does not depend on them), 4 taps each, levels 2 and 3
-# stored as float16, batch 64, --threads 2, uint8 inputs of 96-128 px. Per architecture, in
+# stored as float16, batch 64, --threads 2 (THREADS), uint8 inputs of 96-128 px. Per architecture, in
 # REPEATS interleaved rounds:
 #   encoder-only   the same batches through a fresh copy of the encoder in the same process
 #                  (bench_precompute: warm-up included, as in the run)
@@ -38,7 +38,8 @@
 # the --no-optimize runs (about 4 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
 # ROWS="mobilenet_v2=15360,resnet50=1344" other row counts (multiples of 64) for a faster machine,
 # where the default counts (scripts/export_torchvision.py) make runs shorter than 10 s;
-# EXTRA="--opt ..." passes options to bench_precompute.
+# EXTRA="--opt ..." passes options to bench_precompute; THREADS=N the encoder's threads on both
+# sides (default 2, the issue's setup; on 2 cores THREADS=1 leaves the stages a core of their own).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -53,6 +54,7 @@ WORK=${1:-$(mktemp -d /tmp/embcache-bench-encoders-XXXXXX)}
 mkdir -p "$WORK"
 REPEATS=${REPEATS:-5}
 PLAIN=${PLAIN:-0}
+THREADS=${THREADS:-2}
 PY_MODE=script
 [[ ${FORWARD_LOOP:-0} == 1 ]] && PY_MODE=both
 B=$BUILD/bench/bench_precompute
@@ -66,7 +68,7 @@ $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" 
 mapfile -t MODELS < <($PY -c 'import json,sys
 for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"], j["size"])' "$WORK/models.jsonl")
 
-echo "$(nproc) cores; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
+echo "$(nproc) cores; $THREADS encoder threads; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
 if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
 echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLES=$PEER_TUNABLES)}; transparent_hugepage/enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent)"
 for round in $(seq "$REPEATS"); do
@@ -74,14 +76,14 @@ for round in $(seq "$REPEATS"); do
     read -r name enc data size <<<"$m"
     sync
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-      --threads 2 --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"
+      --threads "$THREADS" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"
     rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     if ((PLAIN)); then
       "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-        --threads 2 --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --no-optimize ${EXTRA:-} >"$WORK/$name-plain-$round.json"
+        --threads "$THREADS" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --no-optimize ${EXTRA:-} >"$WORK/$name-plain-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
-    GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads 2 --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
+    GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads "$THREADS" --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
       >"$WORK/$name-py-$round.json"
     rm -f "$WORK/py-$name.h5"
   done
