@@ -45,7 +45,9 @@ grep -q "8 probe runs (8 finished, 0 to run" again.txt && grep -q "every shard i
 
 # 3. --detach, a task killed mid-run (SIGKILL: no exit status), and the rerun that collects,
 #    reports it and resubmits only what is missing.
-"$PYTHON" "$DEMO_DATA_PY" big --train 6000 --val 200 --test 200 >/dev/null
+# Large enough that a shard outlives its first commit by a margin: with 6,000 rows, once the
+# stages had a core of their own (--threads 1 on 2 cores), shard 1 ended before the kill.
+"$PYTHON" "$DEMO_DATA_PY" big --train 24000 --val 200 --test 200 >/dev/null
 sed 's#"fashion_mnist.h5"#"big/fashion_mnist.h5"#; s#"demo_encoder.pt"#"big/demo_encoder.pt"#' slurm.json >kill.json
 sed -i 's#out-slurm#out-kill#; s#"threads": 1#"threads": 1, "commit_seconds": 0.2#' kill.json
 "$EMBCACHE" run kill.json --detach >detach.txt 2>&1 || fail "detach: $(cat detach.txt)"
