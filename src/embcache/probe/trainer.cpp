@@ -907,25 +907,10 @@ class Trainer {
   }
 
   CombinationResult result_of(const Combination& c) const {
-    CombinationResult r;
-    r.id = c.id;
-    r.head = head_name(c.head.type);
-    r.levels = c.head.levels;
-    r.lr = c.lr;
-    r.weight_decay = c.weight_decay;
-    r.best_epoch = c.best_epoch;
-    r.diverged_epoch = c.diverged_epoch;
-    r.best_value = c.best_value;
-    r.val = c.best_val;
-    r.test = c.test;
-    r.test_ci95 = c.test_ci;
-    r.C = c.C;
-    r.k = c.k;
-    r.point = c.point;
-    r.seed = c.seed;
-    r.train_fraction = c.train_fraction;
-    r.train_rows = fraction_of(c).train_rows;
-    return r;
+    // Every field, in CombinationResult's order.
+    return CombinationResult{c.id, head_name(c.head.type), c.head.levels, c.lr, c.weight_decay, c.best_epoch,
+                             c.diverged_epoch, c.best_value, c.best_val, c.test, c.test_ci, c.C, c.k, c.point, c.seed,
+                             c.train_fraction, fraction_of(c).train_rows};
   }
 
   // How the features were fed: the three splits' feeds together, the tiers and the budgets.
