@@ -72,7 +72,7 @@ class StagePriority {
   double encoder_waits(const std::function<void()>& wait);
   // Blocks until decided, or until `finished` says the run is over (looked at after each
   // encoder call, and at least every 20 ms); true when the stages run at normal scheduling
-  // because the encoder is light (or as told).
+  // because the encoder is light (or as told); false with spare cores, whose workers need no throttle.
   bool wait_decided(const std::function<bool()>& finished) const;
   // normal | idle | idle (undecided) | normal (idle stages starved) | normal (spare cores)
   std::string decision() const;
