@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdlib>
+#include <exception>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -19,6 +20,7 @@
 #include <thread>
 
 #include "embcache/cli/option_binding.hpp"
+#include "embcache/core/cpu_info.hpp"
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
@@ -987,6 +989,50 @@ TEST_CASE("a run whose encoder threads leave cores free says so, and one with a 
   o.threads = 0;  // one per core
   const std::string decision = precompute(o).stage_priority;
   CHECK(decision.rfind("normal (spare", 0) != 0);
+}
+
+TEST_CASE("the default --threads is one per CPU the process may run on (a cpuset), not per CPU of the machine") {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+  Setup s(8);
+  PrecomputeOptions o = s.options();
+  o.threads = 0;
+  CHECK(usable_cpus() == CPU_COUNT(&allowed));
+  CHECK(plan_precompute(o).threads == CPU_COUNT(&allowed));
+  // As in a Slurm task given one CPU of the machine (or `taskset -c N`): a thread whose affinity
+  // holds one CPU, as a process started so would. On a machine with more than one CPU,
+  // hardware_concurrency() counts them all and would start more encoder threads than CPUs.
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed)) ++first;
+  int pinned = -1, threads_planned = -1, cpus_seen = -1;
+  PrecomputeSummary summary;
+  std::exception_ptr failure;
+  std::thread task([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    pinned = sched_setaffinity(0, sizeof(one), &one);
+    try {
+      cpus_seen = usable_cpus();
+      threads_planned = plan_precompute(o).threads;
+      summary = precompute(o);
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  task.join();
+  REQUIRE(pinned == 0);
+  if (failure) std::rethrow_exception(failure);
+  CHECK(cpus_seen == 1);
+  CHECK(threads_planned == 1);
+  CHECK(summary.threads == 1);
+  CHECK(summary.crops_computed == summary.crops_total);
+  CHECK(summary.crops_total > 0);
+  CHECK(summary.stage_priority.rfind("normal (spare", 0) != 0);  // one thread on its one CPU leaves none free
+  // --threads given is obeyed whatever the affinity.
+  o.threads = 3;
+  CHECK(plan_precompute(o).threads == 3);
 }
 
 TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; items_ready(n) agrees" * doctest::test_suite("core")) {

@@ -14,8 +14,8 @@
 #include <condition_variable>
 #include <exception>
 #include <mutex>
-#include <thread>
 
+#include "embcache/core/cpu_info.hpp"
 #include "embcache/core/error.hpp"
 
 namespace embcache {
@@ -34,13 +34,7 @@ StagePriority::StagePriority(StageScheduling mode, bool spare_cores)
              : spare_cores                    ? kSpareCores
                                               : kUndecided) {}
 
-bool encoder_leaves_cores_free(int threads) {
-  cpu_set_t allowed;
-  CPU_ZERO(&allowed);
-  const int cores = sched_getaffinity(0, sizeof(allowed), &allowed) == 0 ? CPU_COUNT(&allowed)
-                                                                            : int(std::thread::hardware_concurrency());
-  return threads < cores;
-}
+bool encoder_leaves_cores_free(int threads) { return threads < usable_cpus(); }
 
 void StagePriority::follow(bool& normal_now) const {
   const int s = state_.load(std::memory_order_relaxed);

@@ -31,7 +31,7 @@ struct PrecomputeOptions {
   std::string std = "1";
   std::string batch_size = "auto";
   std::string device = "auto";
-  int threads = 0;  // 0 = one per core
+  int threads = 0;  // 0 = one per CPU this process may run on (usable_cpus)
   std::string amp = "none";
   // The encoder frozen and optimised for inference (docs/precompute.md): --optimize always,
   // --no-optimize never; neither (auto) for new caches when the encoder can be frozen.

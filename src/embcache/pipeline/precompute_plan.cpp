@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <filesystem>
-#include <thread>
 
+#include "embcache/core/cpu_info.hpp"
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
@@ -96,8 +96,8 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
   plan.only_new_windows = o.only_new_windows;
   plan.device = resolve_device(o.device);
   if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError(OptionName{"amp"}, "needs a CUDA device; on CPU use --amp none");
-  if (o.threads < 0) throw UsageError(OptionName{"threads"}, "must be 0 (one per core) or more");
-  plan.threads = o.threads > 0 ? o.threads : int(std::max(1u, std::thread::hardware_concurrency()));
+  if (o.threads < 0) throw UsageError(OptionName{"threads"}, "must be 0 (one per CPU this process may run on) or more");
+  plan.threads = o.threads > 0 ? o.threads : usable_cpus();
   if (!o.levels.empty()) plan.level_request = split_list(o.levels, {"levels"});
 }
 

@@ -16,9 +16,9 @@
 #include <numeric>
 #include <optional>
 #include <set>
-#include <thread>
 
 #include "embcache/core/clock.hpp"
+#include "embcache/core/cpu_info.hpp"
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
@@ -232,7 +232,7 @@ namespace {
 class EveryCore {
  public:
   explicit EveryCore(int threads_option) : before_(at::get_num_threads()) {
-    if (threads_option == 0) use_intra_op_threads(int(std::max(1u, std::thread::hardware_concurrency())));
+    if (threads_option == 0) use_intra_op_threads(usable_cpus());
   }
   ~EveryCore() { use_intra_op_threads(before_); }
   EveryCore(const EveryCore&) = delete;
@@ -489,7 +489,7 @@ class Trainer {
     // Banks side by side on the cores the intra-op threads leave free (probe/bank_lanes.hpp).
     const std::size_t lane_count = hooks.bank_lanes > 0 ? hooks.bank_lanes
                                                         : bank_lane_count(device, at::get_num_threads(),
-                                                                          std::thread::hardware_concurrency());
+                                                                          std::size_t(usable_cpus()));
     if (lane_count > 1 && banks.size() > 1) {
       lanes_.emplace(std::min(lane_count, banks.size()), at::get_num_threads());
     }
