@@ -53,8 +53,8 @@ class ConvertStage {
   const StagePriority& priority_;
   std::vector<LevelSpec> specs_;
   // Per level, the rows' memory, filled again once written (TensorRecycler says why): at most
-  // the batches alive at once, this stage's, two in the row queue and the one being written.
-  static constexpr std::size_t kKeptRows = 4;
+  // the batches alive at once, this stage's, those in the row queue and the one being written.
+  static constexpr std::size_t kKeptRows = 1 + kRowQueueBatches + 1;
   std::vector<TensorRecycler> level_rows_;
 };
 

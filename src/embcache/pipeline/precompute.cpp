@@ -38,7 +38,7 @@ struct Queues {
   Queues(std::size_t max_batch, std::size_t max_crops_per_window, bool bounded)
       : raw(bounded ? raw_queue_windows(max_batch, max_crops_per_window) : kUnbounded),
         crops(bounded ? kCropBatches * max_batch : kUnbounded),
-        encoded(bounded ? kEncodedBatches : kUnbounded), rows(bounded ? 2 : kUnbounded) {}
+        encoded(bounded ? kEncodedBatches : kUnbounded), rows(bounded ? kRowQueueBatches : kUnbounded) {}
   void close_all() {
     raw.close();
     crops.close();

@@ -53,4 +53,8 @@ using CropQueue = BoundedQueue<CropItem>;
 using EncodedQueue = BoundedQueue<EncodedBatch>;
 using RowQueue = BoundedQueue<RowBatch>;
 
+// The row queue's depth, in batches, in a bounded (threaded) run. The convert stage's kept row
+// memory follows from it (ConvertStage::kKeptRows).
+inline constexpr std::size_t kRowQueueBatches = 2;
+
 }  // namespace embcache
