@@ -62,7 +62,7 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.last().numeric = true;
     t.add("batch-size", "Crops per encoder call, or auto (time a few sizes)", &O::batch_size);
     t.add("device", "auto, cpu, cuda or cuda:N", &O::device);
-    t.add("threads", "Intra-op threads for the encoder (0 = one per CPU this process may run on: its affinity, as taskset or a Slurm job sets it)", &O::threads);
+    t.add("threads", "Intra-op threads for the encoder (0 = one per CPU this process may run on: its affinity, as taskset or a Slurm job sets it, capped by a cgroup CPU quota)", &O::threads);
     t.add("amp", "Autocast on CUDA: none, fp16 or bf16", &O::amp);
     t.add("optimize", "Always freeze the encoder and optimise it for inference (batch-norm folding, weight "
           "prepacking); fail if it cannot be frozen. Without --optimize or --no-optimize, a new cache's encoder is "
