@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <sstream>
 #include <thread>
 
@@ -13,7 +12,8 @@ namespace embcache {
 namespace {
 
 namespace fs = std::filesystem;
-using Limit = std::function<std::optional<int>(const fs::path& group_dir)>;
+// One hierarchy's limit, read in one group's directory (v2_limit, v1_limit).
+using Limit = std::optional<int> (*)(const fs::path& group_dir);
 
 std::optional<std::string> first_line(const fs::path& file) {
   std::ifstream in(file);
@@ -56,7 +56,7 @@ std::optional<int> v1_limit(const fs::path& dir) {
 }
 
 // The lowest limit of `group` (as /proc/self/cgroup names it) and its ancestors under `mount`.
-std::optional<int> lowest_limit(const fs::path& mount, const std::string& group, const Limit& limit) {
+std::optional<int> lowest_limit(const fs::path& mount, const std::string& group, Limit limit) {
   fs::path relative = fs::path(group).relative_path();
   std::error_code ec;
   if (!fs::is_directory(mount / relative, ec)) relative.clear();
