@@ -113,6 +113,8 @@ int main(int argc, char** argv) {
   app.add_option("--plain-write-mb", plain_mb);
   app.add_option("--stage-priority", options.stage_priority);
   app.add_option("--threads", options.threads);
+  app.add_option("--device", options.device, "auto, cpu, cuda or cuda:N, as precompute's");
+  app.add_option("--amp", options.amp, "none, fp16 or bf16 (CUDA autocast), as precompute's");
   app.add_flag("--drop-behind", options.drop_behind);
   app.add_flag("--optimize", options.optimize);
   app.add_flag("--no-optimize", options.no_optimize);

@@ -39,7 +39,8 @@
 # ROWS="mobilenet_v2=15360,resnet50=1344" other row counts (multiples of 64) for a faster machine,
 # where the default counts (scripts/export_torchvision.py) make runs shorter than 10 s;
 # EXTRA="--opt ..." passes options to bench_precompute; THREADS=N the encoder's threads on both
-# sides (default 2, the issue's setup; on 2 cores THREADS=1 leaves the stages a core of their own).
+# sides (default 2, the issue's setup; on 2 cores THREADS=1 leaves the stages a core of their own);
+# DEVICE=cuda runs the encoder on the GPU on both sides (default cpu), where ROWS must be larger.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -55,6 +56,7 @@ mkdir -p "$WORK"
 REPEATS=${REPEATS:-5}
 PLAIN=${PLAIN:-0}
 THREADS=${THREADS:-2}
+DEVICE=${DEVICE:-cpu}
 PY_MODE=script
 [[ ${FORWARD_LOOP:-0} == 1 ]] && PY_MODE=both
 B=$BUILD/bench/bench_precompute
@@ -68,7 +70,7 @@ $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" 
 mapfile -t MODELS < <($PY -c 'import json,sys
 for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"], j["size"])' "$WORK/models.jsonl")
 
-echo "$(nproc) cores; $THREADS encoder threads; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
+echo "$(nproc) cores; device $DEVICE; $THREADS encoder threads; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
 if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
 echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLES=$PEER_TUNABLES)}; transparent_hugepage/enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent)"
 for round in $(seq "$REPEATS"); do
@@ -76,14 +78,14 @@ for round in $(seq "$REPEATS"); do
     read -r name enc data size <<<"$m"
     sync
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-      --threads "$THREADS" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"
+      --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"
     rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     if ((PLAIN)); then
       "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-        --threads "$THREADS" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --no-optimize ${EXTRA:-} >"$WORK/$name-plain-$round.json"
+        --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --no-optimize ${EXTRA:-} >"$WORK/$name-plain-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
-    GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads "$THREADS" --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
+    GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads "$THREADS" --device "$DEVICE" --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
       >"$WORK/$name-py-$round.json"
     rm -f "$WORK/py-$name.h5"
   done

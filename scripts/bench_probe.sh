@@ -12,6 +12,8 @@
 #                   same head (<= 1.0x), and a grid of 3 learning rates against one head (<= 2x)
 # GPU tier: only when CUDA is available.
 # Usage: scripts/bench_probe.sh [WORK_DIR]   (default: a temporary directory)
+# SECTIONS=6,7 runs only those sections; DEVICE=cpu|cuda is where section 6 trains both embcache's
+# heads and the eager loop (default auto: the GPU where one is visible, as train-probe's default).
 # From an existing build (a GPU node, no apt): BUILD_DIR=DIR with DIR/apps/embcache/embcache built
 # skips scripts/setup.sh, and PYTHON=any python with torch, h5py and numpy (default /usr/bin/python3).
 set -euo pipefail
@@ -25,6 +27,8 @@ E=$BUILD/apps/embcache/embcache
 B=$BUILD/bench/bench_probe
 CACHE=$WORK/synthetic.h5
 EPOCHS=${EPOCHS:-3}
+DEVICE=${DEVICE:-auto}
+want() { [[ -z ${SECTIONS:-} || ",$SECTIONS," == *",$1,"* ]]; }
 
 CROPS=${CROPS:-20000}  # 14,976 float16 values (~30 KB) per crop: CROPS=2000000 is a ~60 GB cache, for a GPU
 [[ -f $CACHE ]] || "$B" make-cache "$CACHE" "$CROPS" >/dev/null
@@ -45,12 +49,14 @@ print(j)' "$WORK/$1/metrics.json" "$2"; }
 ratio() { $PY -c 'import sys; print(f"{float(sys.argv[1])/float(sys.argv[2]):.2f}")' "$1" "$2"; }
 
 echo "cache: $CACHE ($((CACHE_BYTES / 1000000)) MB, $CROPS crops, float16); $EPOCHS epochs per run; $(nproc) cores"
+if want 1; then
 echo
 echo "== 1. host tier vs the simplest in-memory approach (one linear head, level 1: 1280x3x3) =="
 host=$(probe host-linear --levels 1 --tier host)
 yard=$("$B" yardstick "$CACHE" 1 "$EPOCHS" | $PY -c 'import json,sys; v=json.load(sys.stdin)["samples_per_second"]; print(round(sum(v)/len(v)))')
 echo "host tier:  $host samples/s   yardstick: $yard samples/s   ratio $(ratio "$host" "$yard") (target >= 1.5)"
-
+fi
+if want 2; then
 echo
 echo "== 2. twelve linear heads in one pass vs one (6 learning rates x 2 weight decays) =="
 GRID=(--lr 1e-4,3e-4,1e-3,3e-3,1e-2,3e-2 --weight-decay 0,1e-4)
@@ -64,7 +70,8 @@ for level in 0 1; do
          "grid12/grid1 $(ratio "$twelve" "$one") (target <= 2.0)"
   done
 done
-
+fi
+if want 3; then
 echo
 echo "== 3. stream tier (budget = cache / 4 = $((BUDGET / 1000000)) MB) vs host tier =="
 stream_vs_host() {  # stream_vs_host NAME [head options...]
@@ -80,12 +87,15 @@ stream_vs_host() {  # stream_vs_host NAME [head options...]
 }
 stream_vs_host conv-head --head conv --hidden 64 --conv-blocks 1
 stream_vs_host linear-head --head linear
-
+fi
+if want 4; then
 echo
 echo "== 4. cached vs encoder in the loop (linear head on level 1, batches of 256 images 3x96x96) =="
+[[ -n ${host:-} ]] || host=$(probe host-linear --levels 1 --tier host)
 loop=$("$B" encoder-loop "$WORK/enc/bench_probe.pt" 10 | $PY -c 'import json,sys; print(json.load(sys.stdin)["samples_per_second"])')
 echo "cached (host tier): $host samples/s   encoder in the loop: $loop samples/s   ratio $(ratio "$host" "$loop") (target >= 20)"
-
+fi
+if want 5; then
 echo
 echo "== 5. k-NN and logistic regression on level 1 pooled (1280-d) =="
 probe knn --levels 1 --head knn --k 10,20,50 --tier host >/dev/null
@@ -107,7 +117,8 @@ echo "logreg, 10 values of C: one warm-started path $(printf %.3f "$path")s, 10 
 if $PY -c 'import sklearn' 2>/dev/null; then
   $PY tests/python/probe_checks.py sklearn-logreg "$CACHE" "$WORK/logreg10" --points 100 | tail -1
 fi
-
+fi
+if want 6; then
 echo
 echo "== 6. dense heads: seconds per epoch on the demo segmentation data (8,000 train crops, 28x28 masks) =="
 # Levels of the demo CNN: 0 is 16x14x14, 1 is 32x7x7; batch auto (64 on a dense task).
@@ -121,14 +132,14 @@ dense() {  # dense NAME HEAD LEVELS [options]: seconds per training epoch
   local name=$1 head=$2 levels=$3
   shift 3
   "$E" train-probe --cache "$SEG/seg.h5" --out "$WORK/$name" --task segmentation --head "$head" --levels "$levels" \
-    --epochs 2 --quiet "$@" >/dev/null
+    --epochs 2 --device "$DEVICE" --quiet "$@" >/dev/null
   $PY -c 'import json,sys; t=json.load(open(sys.argv[1]))["timing"]; print("%.2f" % (t["train_seconds"] / t["epochs"]))' \
     "$WORK/$name/metrics.json"
 }
 # The yardstick: the same head, batch (64) and optimizer as an eager PyTorch loop over the train
 # split's features in memory (scripts/dense_eager.py), in this run.
 eager() {  # eager HEAD LEVELS WIDTH [LRS]: seconds per epoch of all LRS one after another
-  $PY scripts/dense_eager.py "$SEG/seg.h5" --head "$1" --levels "$2" --width "$3" --lrs "${4:-1e-3}" --epochs 2 |
+  $PY scripts/dense_eager.py "$SEG/seg.h5" --head "$1" --levels "$2" --width "$3" --lrs "${4:-1e-3}" --epochs 2 --device "$DEVICE" |
     $PY -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["grid_seconds_per_epoch"])'
 }
 conv=$(dense d-conv conv 1)
@@ -148,11 +159,12 @@ echo "conv, a grid of 3 learning rates: ${grid}s per epoch, $(ratio "$grid" "$co
 # it is timed on 1/8 of the train rows and scaled to the whole split.
 s=$(dense d-upernet-512 upernet 1 --train-fraction 0.125)
 s=$($PY -c 'import sys; print(f"{float(sys.argv[1]) * 8:.2f}")' "$s")
-e=$($PY scripts/dense_eager.py "$SEG/seg.h5" --head upernet --levels 1 --width 512 --epochs 2 --train-fraction 0.125 |
+e=$($PY scripts/dense_eager.py "$SEG/seg.h5" --head upernet --levels 1 --width 512 --epochs 2 --train-fraction 0.125 --device "$DEVICE" |
     $PY -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["grid_seconds_per_epoch"] * 8))')
 echo "upernet 1 (width 512): ${s}s per epoch (from 1/8 of the rows), $(ratio "$s" "$conv") x the conv head;" \
      "eager PyTorch ${e}s: $(ratio "$s" "$e") x (target <= 1.0)"
-
+fi
+if want 7; then
 echo
 echo "== 7. GPU tier =="
 if $PY -c 'import sys; sys.exit(0)' && "$E" train-probe --help >/dev/null && [[ -e /dev/nvidia0 ]]; then
@@ -161,6 +173,7 @@ if $PY -c 'import sys; sys.exit(0)' && "$E" train-probe --help >/dev/null && [[ 
   echo "GPU tier: $g samples/s   host tier feeding the GPU: $gh samples/s"
 else
   echo "no CUDA device here: skipped"
+fi
 fi
 echo
 echo "outputs in $WORK"

@@ -7,7 +7,10 @@ would write it: the train split's features in memory as float32, a random permut
 epoch, cross-entropy with the ignore index.
 
 Usage: dense_eager.py CACHE.h5 --head conv --levels 1 [--width 128] [--batch 64] [--epochs 2]
-                      [--lrs 1e-3] [--threads 0] [--train-fraction 1]
+                      [--lrs 1e-3] [--threads 0] [--train-fraction 1] [--device auto]
+On a GPU (--device cuda, or auto where one is visible) the features and masks are copied to it
+once before training, as train-probe's GPU tier holds them, and each epoch's clock stops after the
+device has finished its work.
 Prints one JSON object: per learning rate the seconds of each epoch, and their mean, and
 `grid_seconds_per_epoch` (all learning rates, one after another, as a plain loop trains a grid).
 """
@@ -108,7 +111,10 @@ def main():
     p.add_argument("--lrs", default="1e-3")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--train-fraction", type=float, default=1.0)
+    p.add_argument("--device", default="auto", help="auto (cuda when one is visible), cpu, cuda or cuda:N")
     args = p.parse_args()
+    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
+                          else "cpu" if args.device == "auto" else args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     with h5py.File(args.cache, "r") as f:
@@ -118,14 +124,15 @@ def main():
         y = torch.from_numpy(f["labels/mask"][:][train].astype(np.int64))
         ignore = int(f["labels/mask"].attrs.get("ignore_index", -100))
     feats.sort(key=lambda t: -t.shape[2] * t.shape[3])  # finest first
+    feats, y = [t.to(device) for t in feats], y.to(device)
     classes = int(y[y != ignore].max()) + 1
     size = tuple(y.shape[1:])
     out = {"head": args.head, "levels": args.levels, "width": args.width, "batch": args.batch,
-           "rows": len(y), "threads": torch.get_num_threads(), "lrs": []}
+           "rows": len(y), "threads": torch.get_num_threads(), "device": str(device), "lrs": []}
     grid = 0.0
     for lr in [float(v) for v in args.lrs.split(",")]:
         torch.manual_seed(0)
-        model = HEADS[args.head]([t.shape[1] for t in feats], args.width, classes)
+        model = HEADS[args.head]([t.shape[1] for t in feats], args.width, classes).to(device)
         opt = torch.optim.AdamW(model.parameters(), lr=lr, weight_decay=0.0)
         steps = args.epochs * ((len(y) + args.batch - 1) // args.batch)
         schedule = torch.optim.lr_scheduler.CosineAnnealingLR(opt, steps)
@@ -133,12 +140,14 @@ def main():
         for _ in range(args.epochs):
             t0 = time.perf_counter()
             model.train()
-            for idx in torch.randperm(len(y)).split(args.batch):
+            for idx in torch.randperm(len(y), device=device).split(args.batch):
                 loss = F.cross_entropy(model([t[idx] for t in feats], size), y[idx], ignore_index=ignore)
                 opt.zero_grad(set_to_none=True)
                 loss.backward()
                 opt.step()
                 schedule.step()
+            if device.type == "cuda":
+                torch.cuda.synchronize(device)
             seconds.append(time.perf_counter() - t0)
         grid += sum(seconds) / len(seconds)
         out["lrs"].append({"lr": lr, "epoch_seconds": seconds, "seconds_per_epoch": sum(seconds) / len(seconds)})

@@ -11,7 +11,9 @@ TorchScript file over the same uint8 images in batches, under torch.inference_mo
                   loads the model afresh and pays its warm-up, as a script of its own would
 
 Usage: encoder_loop.py ENCODER DATASET --levels 1,2 [--batch 64] [--threads 2] [--mode forward]
-                       [--out OUT.h5]
+                       [--out OUT.h5] [--device cpu]
+On a GPU (--device cuda) each batch goes to the device as uint8 and is converted there, and a
+forward call's time ends when the device has finished it (torch.cuda.synchronize).
 Prints one JSON object: seconds, forward_seconds, load_seconds, batches, host (what the machine did
 meanwhile: the process's CPU, steal and other processes' CPU seconds) (--mode both: forward_seconds
 of the forward pass, seconds, script_forward_seconds and host of the script). Run it with MALLOC_MMAP_THRESHOLD_ set
@@ -42,9 +44,11 @@ def main():
     p.add_argument("--threads", type=int, default=2)
     p.add_argument("--mode", choices=["forward", "script", "both"], default="forward")
     p.add_argument("--out", default="")
+    p.add_argument("--device", default="cpu", help="cpu, cuda or cuda:N")
     p.add_argument("--warm-up", action="store_true",
                    help="pay the process's one-time costs with a throwaway copy of the model first")
     args = p.parse_args()
+    args.device = torch.device(args.device)
     torch.set_num_threads(args.threads)
     torch._C._jit_override_can_fuse_on_cpu(False)  # as embcache and upstream's default
     levels = [int(v) for v in args.levels.split(",")]
@@ -94,18 +98,24 @@ def warm_up(args):
     oneDNN's kernels and grows the heap, which a second copy of the model does not pay again."""
     with h5py.File(args.dataset, "r") as f:
         shape = (args.batch,) + f["images"].shape[1:]
-    model = torch.jit.load(args.encoder).eval()
-    x = torch.rand(shape)
+    model = torch.jit.load(args.encoder, map_location=args.device).eval()
+    x = torch.rand(shape, device=args.device)
     with torch.inference_mode():
         model(x)
+    synchronize(args.device)
     del model, x
     return_freed_memory()
+
+
+def synchronize(device):
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
 
 
 def run(args, levels, mode):
     host = host_sample()
     t_load = time.perf_counter()
-    model = torch.jit.load(args.encoder).eval()
+    model = torch.jit.load(args.encoder, map_location=args.device).eval()
     load_seconds = time.perf_counter() - t_load
     scale = 1.0 / 255.0
     with h5py.File(args.dataset, "r") as f:
@@ -120,14 +130,16 @@ def run(args, levels, mode):
     with torch.inference_mode():
         for start in range(0, n, args.batch):
             raw = src["images"][start:start + args.batch] if src else images[start:start + args.batch]
-            x = torch.from_numpy(raw).float().mul_(scale)
+            x = torch.from_numpy(raw).to(args.device).float().mul_(scale)
+            synchronize(args.device)
             t = time.perf_counter()
             ys = model(x)
+            synchronize(args.device)
             forward += time.perf_counter() - t
             if out is None:
                 continue
             for i in levels:
-                y = ys[i].numpy().astype(np.float16)
+                y = ys[i].cpu().numpy().astype(np.float16)
                 if i not in written:
                     written[i] = out.create_dataset(f"levels/{i}", shape=(n,) + y.shape[1:], dtype=np.float16,
                                                     chunks=(min(64, n),) + y.shape[1:])
