@@ -30,28 +30,13 @@ std::vector<std::int64_t> one_pass(FeatureFeed& feed, bool shuffle, std::uint64_
   return ids;
 }
 
-// A classification cache of `images` 20x24 images (every `val_every`-th in val, the rest in
-// train) and the options that train on it.
-ProbeOptions classification_options(const testing::TempDir& dir, int images, int val_every) {
-  testing::ArrayDatasetSpec spec;
-  spec.images = at::randint(0, 255, {images, 3, 20, 24}).to(at::kByte);
-  spec.labels = at::arange(images, at::kLong) % 3;
-  for (int i = 0; i < images; ++i) spec.splits.push_back(i % val_every == 0 ? "val" : "train");
-  testing::write_array_dataset(dir.file("data.h5"), spec);
-  run_precompute(plan_precompute(testing::small_precompute("multi_scripted.pt", dir.file("data.h5"), dir.file("c.h5"))));
-  ProbeOptions o;
-  o.caches = {dir.file("c.h5")};
-  o.task = "classification";
-  return o;
-}
-
 }  // namespace
 
 TEST_SUITE("probe") {
 
 TEST_CASE("feature feed: host and stream tiers deliver every row of a split once per pass, shuffled by seed") {
   testing::TempDir dir;
-  const ProbeData data(classification_options(dir, 24, 4), ProbeTask::kClassification);
+  const ProbeData data(testing::small_classification_probe(dir, 24, 4), ProbeTask::kClassification);
   const std::int64_t n = data.train().size();
   REQUIRE(n == 18 * 4);
   const std::vector<FeedColumn> columns = {level_column(data, data.levels().front(), /*pooled=*/true)};
@@ -124,7 +109,7 @@ TEST_CASE("feature feed: int8 maps are held as int8 with their scales and delive
 
 TEST_CASE("feature feed: restrict_rows limits later passes of every tier to those rows, once each") {
   testing::TempDir dir;
-  const ProbeData data(classification_options(dir, 30, 5), ProbeTask::kClassification);
+  const ProbeData data(testing::small_classification_probe(dir, 30, 5), ProbeTask::kClassification);
   const std::int64_t n = data.train().size();
   const std::vector<FeedColumn> columns = {level_column(data, data.levels().front(), /*pooled=*/true)};
   std::vector<std::int64_t> subset;

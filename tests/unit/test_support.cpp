@@ -7,6 +7,7 @@
 #include <stdexcept>
 
 #include "embcache/h5/h5.hpp"
+#include "embcache/pipeline/precompute.hpp"
 
 namespace fs = std::filesystem;
 
@@ -114,6 +115,19 @@ PrecomputeOptions small_precompute(const std::string& encoder, const std::string
   o.threads = 1;
   o.quiet = true;
   o.fsync = false;
+  return o;
+}
+
+ProbeOptions small_classification_probe(const TempDir& dir, int images, int val_every) {
+  ArrayDatasetSpec spec;
+  spec.images = at::randint(0, 255, {images, 3, 20, 24}).to(at::kByte);
+  spec.labels = at::arange(images, at::kLong) % 3;
+  for (int i = 0; i < images; ++i) spec.splits.push_back(i % val_every == 0 ? "val" : "train");
+  write_array_dataset(dir.file("data.h5"), spec);
+  run_precompute(plan_precompute(small_precompute("multi_scripted.pt", dir.file("data.h5"), dir.file("c.h5"))));
+  ProbeOptions o;
+  o.caches = {dir.file("c.h5")};
+  o.task = "classification";
   return o;
 }
 

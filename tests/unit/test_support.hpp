@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "embcache/pipeline/precompute_options.hpp"
+#include "embcache/probe/probe_options.hpp"
 #include "embcache/store/row_batch.hpp"
 
 namespace embcache::testing {
@@ -42,12 +43,16 @@ void overwrite_image_row(const std::string& path, std::int64_t row, const at::Te
 // Directory holding the encoders exported by tests/python/fixtures.py (set by ctest).
 std::string fixture(const std::string& name);
 
-// The options of the tests' small precompute: the fixture `encoder` over `dataset` into `out`,
-// 16-pixel crops overlapping by 4, batches of 4, one thread, quiet, no fsync.
 // REQUIREs that two blocks of cache rows are equal: keys, hashes, class labels, masks (where
 // there are) and every level, whole.
 void require_same_rows(const RowBatch& got, const RowBatch& want);
 
+// The options of the tests' small precompute: the fixture `encoder` over `dataset` into `out`,
+// 16-pixel crops overlapping by 4, batches of 4, one thread, quiet, no fsync.
 PrecomputeOptions small_precompute(const std::string& encoder, const std::string& dataset, const std::string& out);
+
+// A classification cache of `images` 20x24 images in 3 classes (every `val_every`-th in val, the
+// rest in train), precomputed with multi_scripted.pt into DIR/c.h5, and options that train on it.
+ProbeOptions small_classification_probe(const TempDir& dir, int images, int val_every);
 
 }  // namespace embcache::testing

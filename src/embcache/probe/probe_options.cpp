@@ -64,7 +64,7 @@ const std::vector<OptionField<ProbeOptions>>& probe_fields() {
     t.add("val-fraction", "Carve this fraction of train windows into val when there is no val split", &O::val_fraction)
         .show_default = false;
     t.add("device", "auto, cpu, cuda or cuda:N", &O::device);
-    t.add("threads", "Intra-op threads (0 = LibTorch's default, one per physical core; knn and logreg then use every CPU this process may run on)", &O::threads);
+    t.add("threads", "Intra-op threads (0 = LibTorch's default, one per physical core, capped at the CPUs this process may run on; knn and logreg then use every one of those)", &O::threads);
     t.add("tier", "Where features live: auto, gpu, host or stream", &O::tier);
     t.add("gpu-memory-budget", "Bytes for the GPU tier (auto = half the free GPU memory)", &O::gpu_memory_budget);
     t.add("host-memory-budget", "Bytes for the host tier / stream buffer (auto = half the available RAM)", &O::host_memory_budget);

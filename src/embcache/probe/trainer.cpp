@@ -275,7 +275,14 @@ class Trainer {
     torch::jit::setGraphExecutorOptimize(false);
     if (options.out.empty()) throw UsageError(OptionName{"out"}, "required (the run directory to write)");
     if (plan.grid.empty()) throw std::logic_error("train-probe: a plan without combinations");
-    if (options.threads > 0) use_intra_op_threads(options.threads);
+    // --threads 0 keeps LibTorch's default, one thread per core of the machine, which ignores the
+    // CPUs this process may run on: in a Slurm task's cpuset or under taskset it would run more
+    // threads than those CPUs (libgomp then sleeps and wakes them around every parallel region).
+    if (options.threads > 0) {
+      use_intra_op_threads(options.threads);
+    } else if (at::get_num_threads() > usable_cpus()) {
+      use_intra_op_threads(usable_cpus());
+    }
 
     const bool fractions = std::any_of(plan.grid.begin(), plan.grid.end(), [](const ProbeCombination& c) { return c.train_fraction != 1; });
     data_ = std::make_unique<ProbeData>(options, task, fractions);
@@ -486,6 +493,7 @@ class Trainer {
   }
 
   void train() {
+    threads_ = at::get_num_threads();
     // Banks side by side on the cores the intra-op threads leave free (probe/bank_lanes.hpp).
     const std::size_t lane_count = hooks.bank_lanes > 0 ? hooks.bank_lanes
                                                         : bank_lane_count(device, at::get_num_threads(),
@@ -657,6 +665,7 @@ class Trainer {
   void fit_logregs() {
     const auto t0 = Clock::now();
     const EveryCore cores(options.threads);
+    threads_ = at::get_num_threads();
     history = nlohmann::json::array();
     higher = higher_is_better(task);
     primary = primary_metric(task);
@@ -758,6 +767,7 @@ class Trainer {
     ProbeData& data = *data_;
     const auto t0 = Clock::now();
     const EveryCore cores(options.threads);
+    threads_ = at::get_num_threads();
     higher = higher_is_better(task);
     primary = primary_metric(task);
     at::Tensor y_val, y_test;
@@ -950,7 +960,8 @@ class Trainer {
     facts.history = history;
     facts.timing = {{"train_seconds", train_seconds}, {"load_seconds", load_seconds}, {"total_seconds", seconds_since(t_start)},
                     {"epochs", epochs_run}, {"samples_per_second", train_seconds > 0 ? double(samples_trained) / train_seconds : 0.0},
-                    {"heads", combos.size()}, {"banks", banks.size()}, {"bank_lanes", lanes_ ? lanes_->lanes() : 1}};
+                    {"heads", combos.size()}, {"banks", banks.size()}, {"bank_lanes", lanes_ ? lanes_->lanes() : 1},
+                    {"threads", threads_}};
     facts.data = data_json();
     if (plan.class_weights != ClassWeightMode::kNone) {
       // One fraction: as before fractions existed; several: one object per fraction.
@@ -1038,6 +1049,7 @@ class Trainer {
   double load_seconds = 0;
   // Training.
   std::optional<BankLanes> lanes_;  // when banks train side by side
+  int threads_ = 0;                  // LibTorch's intra-op threads while the heads trained or fitted
   std::int64_t epochs_run = 0, samples_trained = 0;
   bool higher = true;
   std::string primary;
