@@ -2,7 +2,11 @@
 
 #include "doctest_torch.hpp"
 
+#include <sched.h>
+
 #include <cstdlib>
+#include <exception>
+#include <thread>
 #include <filesystem>
 #include <stdexcept>
 
@@ -116,6 +120,31 @@ PrecomputeOptions small_precompute(const std::string& encoder, const std::string
   o.quiet = true;
   o.fsync = false;
   return o;
+}
+
+void on_one_cpu(const std::function<void()>& body) {
+  cpu_set_t allowed;
+  CPU_ZERO(&allowed);
+  REQUIRE(sched_getaffinity(0, sizeof(allowed), &allowed) == 0);
+  int first = 0;
+  while (!CPU_ISSET(first, &allowed)) ++first;
+  int pinned = -1;
+  std::exception_ptr failure;
+  std::thread task([&] {
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(first, &one);
+    pinned = sched_setaffinity(0, sizeof(one), &one);
+    if (pinned != 0) return;
+    try {
+      body();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  });
+  task.join();
+  REQUIRE(pinned == 0);
+  if (failure) std::rethrow_exception(failure);
 }
 
 ProbeOptions small_classification_probe(const TempDir& dir, int images, int val_every) {

@@ -4,6 +4,7 @@
 #include <ATen/ATen.h>
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -50,6 +51,10 @@ void require_same_rows(const RowBatch& got, const RowBatch& want);
 // The options of the tests' small precompute: the fixture `encoder` over `dataset` into `out`,
 // 16-pixel crops overlapping by 4, batches of 4, one thread, quiet, no fsync.
 PrecomputeOptions small_precompute(const std::string& encoder, const std::string& dataset, const std::string& out);
+
+// Runs `body` in a new thread whose CPU affinity holds one CPU (the first of this process's), as
+// in a Slurm task given one CPU of the machine or under `taskset -c N`; rethrows what it throws.
+void on_one_cpu(const std::function<void()>& body);
 
 // A classification cache of `images` 20x24 images in 3 classes (every `val_every`-th in val, the
 // rest in train), precomputed with multi_scripted.pt into DIR/c.h5, and options that train on it.
