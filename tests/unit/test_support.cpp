@@ -6,9 +6,9 @@
 
 #include <cstdlib>
 #include <exception>
-#include <thread>
 #include <filesystem>
 #include <stdexcept>
+#include <thread>
 
 #include "embcache/h5/h5.hpp"
 #include "embcache/pipeline/precompute.hpp"
