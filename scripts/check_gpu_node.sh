@@ -21,7 +21,7 @@ cd "$(dirname "$0")/.."
 G=$(realpath "${1:?usage: scripts/check_gpu_node.sh PREFIX_DIR [BUDGET_S] [STEPS]}")
 BUDGET=${2:-570}
 STEPS=",${3:-build,check,probe,encgpu,enccpu,ctest},"
-R=$PWD OUT=${OUT:-/tmp/embcache-gpu-node} W=${WORK:-/tmp/embcache-gpu-node-work} B=$(realpath -m "${BUILD_DIR:-build-node}")
+OUT=${OUT:-/tmp/embcache-gpu-node} W=${WORK:-/tmp/embcache-gpu-node-work} B=$(realpath -m "${BUILD_DIR:-build-node}")
 mkdir -p "$OUT"
 PY=${PY:-$(command -v python3)}
 J=$(nproc)
@@ -78,7 +78,6 @@ if step check 90; then
     ctest -R "fixtures_encoders|^unit_|e2e_cuda" -j "$J" --output-on-failure --timeout 300
     echo "ctest (unit + e2e_cuda): rc $? in $((SECONDS - start)) s"
     grep -E "max \||vs|head.pt|k=|C=|grid|passed|FAIL|skipped" Testing/Temporary/LastTest.log
-    cd "$R"
   } 2>&1 | tee "$OUT/check.log"
 fi
 

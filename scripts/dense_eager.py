@@ -113,8 +113,9 @@ def main():
     p.add_argument("--train-fraction", type=float, default=1.0)
     p.add_argument("--device", default="auto", help="auto (cuda when one is visible), cpu, cuda or cuda:N")
     args = p.parse_args()
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available()
-                          else "cpu" if args.device == "auto" else args.device)
+    if args.device == "auto":
+        args.device = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(args.device)
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     with h5py.File(args.cache, "r") as f:

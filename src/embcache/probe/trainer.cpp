@@ -280,8 +280,8 @@ class Trainer {
     // threads than those CPUs (libgomp then sleeps and wakes them around every parallel region).
     if (options.threads > 0) {
       use_intra_op_threads(options.threads);
-    } else if (at::get_num_threads() > usable_cpus()) {
-      use_intra_op_threads(usable_cpus());
+    } else {
+      use_intra_op_threads(std::min(at::get_num_threads(), usable_cpus()));
     }
 
     const bool fractions = std::any_of(plan.grid.begin(), plan.grid.end(), [](const ProbeCombination& c) { return c.train_fraction != 1; });
