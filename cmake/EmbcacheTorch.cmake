@@ -45,6 +45,15 @@ else()
 endif()
 message(STATUS "embcache: LibTorch ${Torch_VERSION} from ${EMBCACHE_TORCH_SOURCE}: ${Torch_DIR}")
 
+# The C++ standard LibTorch's config declares for code that includes its headers: 14 for Debian
+# 12's 1.13, 17 for 2.6, 20 from 2.13 on (whose ATen.h stops with "#error C++20 or later").
+# embcache is written in C++17 and is built as C++20 where LibTorch asks for it.
+get_target_property(EMBCACHE_TORCH_CXX_STANDARD torch CXX_STANDARD)
+if(EMBCACHE_TORCH_CXX_STANDARD AND EMBCACHE_TORCH_CXX_STANDARD GREATER CMAKE_CXX_STANDARD)
+  set(CMAKE_CXX_STANDARD ${EMBCACHE_TORCH_CXX_STANDARD})
+  message(STATUS "embcache: built as C++${CMAKE_CXX_STANDARD}, as LibTorch ${Torch_VERSION} requires")
+endif()
+
 # The OpenMP runtime a PyTorch wheel bundles next to libtorch_cpu (Debian's LibTorch uses the
 # system libgomp and bundles none).
 file(GLOB EMBCACHE_TORCH_OPENMP "${TORCH_INSTALL_PREFIX}/lib/libgomp*.so*")
