@@ -102,10 +102,11 @@ std::string run_dir_of(const std::string& cache_path, const std::string& shard) 
   return cache_path + ".runs/" + run_folder_name(shard);
 }
 
+// make_optional: as C++20 (LibTorch 2.13 and later), a json converts to optional<json> two ways.
 std::optional<Signature> signature_of_existing_rows(const std::string& cache_path, const std::string& shard) {
   if (fs::exists(cache_path)) {
     refuse_non_cache(cache_path);
-    return CacheReader(cache_path, CacheReader::MissingParts::kSkip).signature();
+    return std::make_optional(CacheReader(cache_path, CacheReader::MissingParts::kSkip).signature());
   }
   std::vector<std::string> dirs{run_dir_of(cache_path, shard)};
   std::error_code ec;
@@ -113,7 +114,7 @@ std::optional<Signature> signature_of_existing_rows(const std::string& cache_pat
   dirs.push_back(cache_path + ".segments");
   for (const auto& dir : dirs) {
     const std::vector<std::string> records = commit_records_in(dir, /*remove_partial=*/false);
-    if (!records.empty()) return CacheFileReader(records.front()).signature();
+    if (!records.empty()) return std::make_optional(CacheFileReader(records.front()).signature());
   }
   return std::nullopt;
 }
