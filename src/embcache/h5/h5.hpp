@@ -89,9 +89,12 @@ Dataset open_dataset(hid_t loc, const std::string& path);
 // `where` names the dataset in errors ("cache.h5:/levels/2").
 Dataset create_dataset(hid_t loc, const std::string& name, hid_t type, hid_t space, hid_t create_plist,
                        const std::string& where);
+// The bytes of chunk cache an open dataset has (HDF5's default unless it was opened with another).
+std::int64_t chunk_cache_bytes(hid_t dataset, const std::string& path);
 // Opens a dataset that is read one row (index along dimension 0) at a time, with a chunk cache
 // that holds every chunk one row touches, up to `max_cache_bytes`. A chunk that spans several
-// rows is then read and decompressed once, not once per row (HDF5's default cache is 1 MiB).
+// rows is then read and decompressed once, not once per row (HDF5's default cache is 1 MiB, and
+// 8 MiB from HDF5 2: a dataset whose row needs no more keeps it).
 // Returns the bytes the chunks of one row take in `*row_chunk_bytes` (0: not chunked, or one
 // row per chunk, which needs no cache). HDF5 keeps the cache of the first opening while a dataset
 // is open, so the caller must not hold it open already.
@@ -146,9 +149,10 @@ ChunkLayout chunk_layout(hid_t dataset, const std::string& path);
 // Chunks as stored (direct chunk I/O: the caller does what the filters would).
 void write_chunk(hid_t dataset, const std::vector<hsize_t>& offset, std::size_t bytes, const void* data,
                  const std::string& path);
-// False (HDF5's error stack cleared) when the chunk is not stored, or was stored through a filter
-// the mask says was skipped: then read it the normal way.
-bool read_plain_chunk(hid_t dataset, const std::vector<hsize_t>& offset, void* out);
+// Reads the stored chunk at `offset` into `out`, which holds `bytes`. False (HDF5's error stack
+// cleared) when the chunk is not stored, was stored through a filter the mask says was skipped,
+// or (HDF5 2) its stored size is not `bytes`: then read it the normal way.
+bool read_plain_chunk(hid_t dataset, const std::vector<hsize_t>& offset, void* out, std::size_t bytes);
 struct ChunkLocation {
   haddr_t address = HADDR_UNDEF;  // byte offset in the file
   hsize_t size = 0;               // stored bytes

@@ -158,7 +158,7 @@ bool read_rows_by_chunks(hid_t ds, std::int64_t start, std::int64_t count, std::
     offset[0] = first;
     // Uncompressed chunks all have the same stored size, so no per-chunk size lookup. A chunk
     // that is not there (or any surprise) sends the whole read down HDF5's normal path.
-    if (!h5::read_plain_chunk(ds, offset, raw.data())) return false;
+    if (!h5::read_plain_chunk(ds, offset, raw.data(), raw.size())) return false;
     if (checksum) {
       if (!stored_checksum_matches(raw.data(), data_bytes)) {
         throw IoError(where + ": checksum mismatch in the chunk at row " + std::to_string(first) +
