@@ -3,7 +3,8 @@
 # with this checkout mounted at /embcache. The root is kept and reused while its package list (and
 # this script) is unchanged on this machine; a changed list makes a new root and removes the old.
 # Usage: scripts/debian_root.sh SUITE [--cuda] -- COMMAND...
-#   SUITE   trixie (Debian 13) or bookworm (Debian 12)
+#   SUITE   trixie (Debian 13), bookworm (Debian 12) or forky (Debian testing, the future 14:
+#           LibTorch 2.14, HDF5 2.2, GCC 16; not a CI leg, see docs/install.md)
 #   --cuda  the root gets setup.sh --cuda's packages (contrib's CUDA LibTorch) instead
 # Environment: EMBCACHE_ROOTS (where roots are kept: /var/cache/embcache-roots), DEBIAN_MIRROR
 #   (http://deb.debian.org/debian); JOBS and BUILD_DIR pass through to the command.
@@ -21,7 +22,8 @@ flags=()
 case $suite in
   bookworm) release=12 ;;
   trixie) release=13 ;;
-  *) echo "debian_root.sh: unknown suite $suite (use trixie or bookworm)" >&2; exit 2 ;;
+  forky) release=14 ;;
+  *) echo "debian_root.sh: unknown suite $suite (use trixie, bookworm or forky)" >&2; exit 2 ;;
 esac
 
 if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
@@ -51,16 +53,19 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
     echo "debian_root.sh: making $root with mmdebstrap (once per package list)"
     start=$SECONDS
-    hooks=()
+    opts=()
     if ((${#flags[@]})); then
       # The CUDA LibTorch goes in after the rest, with a stand-in for cuDNN: its Debian package
       # downloads cuDNN from NVIDIA, which these machines cannot reach (scripts/cudnn_stand_in.sh).
       packages=$(grep -vx -e libtorch-cuda-dev -e python3-torch-cuda <<<"$packages")
-      hooks=(--customize-hook="copy-in scripts/cudnn_stand_in.sh /tmp"
+      opts=(--customize-hook="copy-in scripts/cudnn_stand_in.sh /tmp"
         --customize-hook='chroot "$1" bash /tmp/cudnn_stand_in.sh')
     fi
+    # Testing's Release file expires a week after it is signed, so a mirror that is a snapshot
+    # (as these machines' is) would be refused; its signature is still checked.
+    [[ $suite == forky ]] && opts+=(--aptopt='Acquire::Check-Valid-Until "false"')
     # shellcheck disable=SC2086 # the package list is one name per line
-    mmdebstrap --quiet --variant=apt --include="ca-certificates,$(echo $packages | tr ' ' ',')" "${hooks[@]}" \
+    mmdebstrap --quiet --variant=apt --include="ca-certificates,$(echo $packages | tr ' ' ',')" "${opts[@]}" \
       "$suite" "$root.partial" "deb $mirror $suite main contrib non-free" >&2
     mv "$root.partial" "$root"
     touch "$root/.embcache-root-complete"

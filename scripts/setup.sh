@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs every Debian package embcache's build, tests and demo need (idempotent), then
-# configures and builds a Release tree in build/ with ccache. Debian 12 (bookworm) and 13 (trixie).
+# configures and builds a Release tree in build/ with ccache. Debian 12 (bookworm), 13 (trixie)
+# and testing (forky).
 # Usage: scripts/setup.sh [--cuda] [--print-packages]
 #   --cuda            Debian 13 only: LibTorch with CUDA (contrib's libtorch-cuda-dev and
 #                     python3-torch-cuda, which pull the CUDA 12 libraries, cuDNN's installer and
@@ -9,7 +10,7 @@
 #                     installed. The binary runs on machines without a GPU.
 #   --print-packages  prints the package list this machine would get, and does nothing else.
 # Environment: BUILD_DIR (build), JOBS (nproc), EMBCACHE_SANITIZE (address,undefined or thread),
-#   EMBCACHE_DEBIAN_RELEASE (12 or 13: the release to list packages for, in place of this one's).
+#   EMBCACHE_DEBIAN_RELEASE (12, 13 or 14: the release to list packages for, in place of this one's).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cuda=0 print=0
@@ -21,9 +22,11 @@ for arg in "$@"; do
   esac
 done
 
-release=${EMBCACHE_DEBIAN_RELEASE:-$(. /etc/os-release && echo "${VERSION_ID:-unknown}")}
-# The same package names serve Debian 12 and 13 (checked on both on 2026-12-01); LibTorch is
-# 1.13.1 on 12 and 2.6.0 on 13, HDF5 1.10.8 / 1.14.5, GDAL 3.6.2 / 3.10.3. slurm-wlm and munge:
+release=${EMBCACHE_DEBIAN_RELEASE:-$(. /etc/os-release && echo "${VERSION_ID:-${VERSION_CODENAME:-unknown}}")}
+[[ $release == forky ]] && release=14  # testing has no VERSION_ID
+# The same package names serve Debian 12, 13 and testing (forky, the future 14; checked on
+# 2026-12-01 and 2026-12-04); LibTorch is 1.13.1 / 2.6.0 / 2.14.1, HDF5 1.10.8 / 1.14.5 / 2.2.0,
+# GDAL 3.6.2 / 3.10.3 / 3.13.3. slurm-wlm and munge:
 # the Slurm executor's commands, and the single-node cluster the tests start (tests/slurm/).
 PACKAGES=(
   cmake g++ make ccache pkg-config pmccabe
@@ -49,8 +52,8 @@ if ((print)); then
   printf '%s\n' "${PACKAGES[@]}"
   exit 0
 fi
-[[ $release == 12 || $release == 13 ]] ||
-  echo "setup.sh: warning: tested on Debian 12 and 13; this is $(. /etc/os-release && echo "$PRETTY_NAME")" >&2
+[[ $release == 12 || $release == 13 || $release == 14 ]] ||
+  echo "setup.sh: warning: tested on Debian 12, 13 and testing (forky); this is $(. /etc/os-release && echo "$PRETTY_NAME")" >&2
 
 missing=()
 for p in "${PACKAGES[@]}"; do
