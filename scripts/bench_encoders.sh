@@ -36,11 +36,13 @@
 #                  optimisation was): its encoder-only, encoder_seconds and wall
 # Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; PLAIN=1 adds
 # the --no-optimize runs (about 4 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
-# ROWS="mobilenet_v2=15360,resnet50=1344" other row counts (multiples of 64) for a faster machine,
-# where the default counts (scripts/export_torchvision.py) make runs shorter than 10 s;
+# rows: by default, each model's rows take its encoder about RUN_SECONDS (10) at THREADS threads
+# on DEVICE, as export_torchvision.py times a few batches of the module precompute runs (the
+# short end of the issue's 10-30 s, so that 5 rounds fit in 15 minutes on 2 cores); the first line
+# says what it chose; ROWS="mobilenet_v2=15360,resnet50=1344" fixes counts (multiples of 64) instead;
 # EXTRA="--opt ..." passes options to bench_precompute; THREADS=N the encoder's threads on both
 # sides (default 2, the issue's setup; on 2 cores THREADS=1 leaves the stages a core of their own);
-# DEVICE=cuda runs the encoder on the GPU on both sides (default cpu), where ROWS must be larger.
+# DEVICE=cuda runs the encoder on the GPU on both sides (default cpu; rows are timed there too).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -65,12 +67,19 @@ PEER_TUNABLES=
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
 # allocator scope does for its encoder thread), so the peer is not slowed by page faults.
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
-$PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" >"$WORK/models.jsonl" 2>"$WORK/export.err" ||
+GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" --seconds "${RUN_SECONDS:-10}" \
+  --threads "$THREADS" --device "$DEVICE" >"$WORK/models.jsonl" 2>"$WORK/export.err" ||
   { cat "$WORK/export.err" >&2; exit 1; }
 mapfile -t MODELS < <($PY -c 'import json,sys
 for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"], j["size"])' "$WORK/models.jsonl")
+rows=$($PY -c 'import json,sys
+for l in open(sys.argv[1]):
+    j = json.loads(l)
+    how = "%.0f ms per batch of 64" % (1e3 * j["seconds_per_batch"]) if "seconds_per_batch" in j else "ROWS"
+    print("%s %d (%s)" % (j["name"], j["rows"], how), end="; ")' "$WORK/models.jsonl")
 
-echo "$(nproc) cores; device $DEVICE; $THREADS encoder threads; $REPEATS rounds; models: $(cut -d' ' -f1 <<<"$(printf '%s\n' "${MODELS[@]}")" | tr '\n' ' ')"
+echo "$(nproc) cores; device $DEVICE; $THREADS encoder threads; $REPEATS rounds"
+echo "rows: ${rows%; } (export took $((SECONDS - START)) s)"
 if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
 echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLES=$PEER_TUNABLES)}; transparent_hugepage/enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent)"
 for round in $(seq "$REPEATS"); do

@@ -3,14 +3,24 @@
 ViT-B/16 from Debian's python3-torchvision with random weights (seeded; weights do not change
 the time of a forward call), traced with several taps, and a uint8 array dataset per input size.
 
-Usage: export_torchvision.py OUT_DIR [--only NAME,...]
-Writes OUT_DIR/NAME.pt (TorchScript returning a list of tapped tensors), OUT_DIR/data-SIZE.h5,
-and prints one JSON line per model: name, input size, rows, the taps' shapes.
+Usage: export_torchvision.py OUT_DIR [--only NAME,...] [--rows NAME=N,...] [--seconds S]
+    [--threads T] [--device cpu|cuda]
+Writes OUT_DIR/NAME.pt (TorchScript returning a list of tapped tensors), OUT_DIR/data-SIZE-ROWS.h5,
+and prints one JSON line per model: name, input size, rows, the taps' shapes, and (calibrated
+models) the measured seconds per batch of 64.
+
+Rows: by default each model gets the rows that its encoder takes about S seconds over (default
+10) at T threads on this machine, timed here on a few batches of 64 of the module as precompute
+runs it out of the box (frozen and optimised for inference when it has a batch norm). The
+issue's runs are 10-30 s; a count fixed for one machine was half that on the next one.
+--rows sets a model's count instead (multiples of 64).
 """
 import argparse
 import json
 import os
+import statistics
 import sys
+import time
 
 import h5py
 import numpy as np
@@ -75,11 +85,9 @@ def models():
     }
 
 
-# Rows per model so that one precompute runs about 10 s on the 2-core build machine of stops 30-36
-# (the short end of 10-30 s, so that 5 rounds of the benchmark fit in 15 minutes), in 4 batches of
-# 64 or more. A faster machine runs them in less (stop 37's VM: MobileNetV2 4-5 s, ResNet-50 6-7 s);
-# --rows name=N,... (bench_encoders.sh: ROWS=...) sets other counts, in multiples of 64.
-ROWS = {"mobilenet_v2": 7680, "resnet50": 832, "convnext_tiny": 640, "vit_b_16": 256}
+NAMES = ("mobilenet_v2", "resnet50", "convnext_tiny", "vit_b_16")
+BATCH = 64
+MIN_BATCHES = 4
 
 
 def rows_override(text):
@@ -87,20 +95,55 @@ def rows_override(text):
     rows = {}
     for item in filter(None, text.split(",")):
         name, _, count = item.partition("=")
-        if name not in ROWS or not count.isdigit() or int(count) < 64 or int(count) % 64:
+        if name not in NAMES or not count.isdigit() or int(count) < 64 or int(count) % 64:
             raise SystemExit(f"export_torchvision: --rows {item!r}: want NAME=N with NAME one of "
-                             f"{', '.join(ROWS)} and N a multiple of 64")
+                             f"{', '.join(NAMES)} and N a multiple of 64")
         rows[name] = int(count)
     return rows
+
+
+def as_precompute_runs_it(traced):
+    """The module as precompute runs a new cache's encoder by default: frozen and optimised for
+    inference when it has a batch norm to fold, else as traced (docs/precompute.md, --optimize)."""
+    has_batch_norm = any(n.kind() == "aten::batch_norm" for n in traced.inlined_graph.nodes())
+    if not has_batch_norm:
+        return traced
+    return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
+
+
+def seconds_per_batch(traced, size, device):
+    """Median seconds of a forward call on a batch of 64 random images: two warm-up calls (the
+    TorchScript executor profiles the graph in the first and optimises it in the second, and the
+    heap grows to its peak), then at least two timed calls and at least a second of them."""
+    module = as_precompute_runs_it(traced)
+    x = torch.rand(BATCH, 3, size, size, device=device)
+    times = []
+    with torch.inference_mode():
+        while len(times) < 4 or sum(times[2:]) < 1.0:
+            start = time.perf_counter()
+            module(x)
+            if device.type == "cuda":
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - start)
+    return statistics.median(times[2:])
+
+
+def calibrated_rows(per_batch, seconds):
+    return BATCH * max(MIN_BATCHES, round(seconds / per_batch))
 
 
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("out_dir")
     p.add_argument("--only", default="")
-    p.add_argument("--rows", default="", help="name=N,... rows for these models instead of ROWS")
+    p.add_argument("--rows", default="", help="name=N,... rows for these models instead of calibrated ones")
+    p.add_argument("--seconds", type=float, default=10.0, help="encoder seconds a calibrated model's rows take")
+    p.add_argument("--threads", type=int, default=2, help="threads to time the calibration at")
+    p.add_argument("--device", default="cpu")
     args = p.parse_args()
-    rows_by_name = {**ROWS, **rows_override(args.rows)}
+    rows_by_name = rows_override(args.rows)
+    torch.set_num_threads(args.threads)
+    device = torch.device(args.device)
     os.makedirs(args.out_dir, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
     torch.manual_seed(0)
@@ -114,7 +157,13 @@ def main():
             shapes = [list(t.shape[1:]) for t in traced(example)]
         path = os.path.join(args.out_dir, name + ".pt")
         traced.save(path)
-        rows = rows_by_name[name]
+        record = {}
+        rows = rows_by_name.get(name)
+        if rows is None:
+            per_batch = seconds_per_batch(traced.to(device), size, device)
+            traced = traced.cpu()
+            rows = calibrated_rows(per_batch, args.seconds)
+            record = {"seconds_per_batch": round(per_batch, 4)}
         data = os.path.join(args.out_dir, f"data-{size}-{rows}.h5")
         if not os.path.exists(data):
             rng = np.random.default_rng(0)
@@ -123,7 +172,8 @@ def main():
                                  chunks=(64, 3, size, size))
                 f.create_dataset("labels", data=rng.integers(0, 10, rows, dtype=np.int64))
                 f.create_dataset("splits", data=["train"] * rows, dtype=h5py.string_dtype("utf-8"))
-        print(json.dumps({"name": name, "encoder": path, "dataset": data, "size": size, "rows": rows, "taps": shapes}))
+        print(json.dumps({"name": name, "encoder": path, "dataset": data, "size": size, "rows": rows, "taps": shapes,
+                          **record}))
         sys.stdout.flush()
 
 
