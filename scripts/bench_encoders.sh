@@ -72,21 +72,25 @@ export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" --seconds "${RUN_SECONDS:-10}" \
   --threads "$THREADS" --device "$DEVICE" >"$WORK/models.jsonl" 2>"$WORK/export.err" ||
   { cat "$WORK/export.err" >&2; exit 1; }
+# One line per model: name, encoder, dataset, input size, rows, and how the rows were chosen.
 mapfile -t MODELS < <($PY -c 'import json,sys
-for l in open(sys.argv[1]): j = json.loads(l); print(j["name"], j["encoder"], j["dataset"], j["size"])' "$WORK/models.jsonl")
-rows=$($PY -c 'import json,sys
 for l in open(sys.argv[1]):
     j = json.loads(l)
-    how = "%.0f ms per batch of 64" % (1e3 * j["seconds_per_batch"]) if "seconds_per_batch" in j else "ROWS"
-    print("%s %d (%s)" % (j["name"], j["rows"], how), end="; ")' "$WORK/models.jsonl")
+    how = "%.0f_ms_per_batch_of_64" % (1e3 * j["seconds_per_batch"]) if "seconds_per_batch" in j else "ROWS"
+    print(j["name"], j["encoder"], j["dataset"], j["size"], j["rows"], how)' "$WORK/models.jsonl")
 
 echo "$(nproc) cores; device $DEVICE; $THREADS encoder threads; $REPEATS rounds"
+rows=
+for m in "${MODELS[@]}"; do
+  read -r name _ _ _ count how <<<"$m"
+  rows+="$name $count (${how//_/ }); "
+done
 echo "rows: ${rows%; } (export took $((SECONDS - START)) s)"
 if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
 echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLES=$PEER_TUNABLES)}; transparent_hugepage/enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent)"
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do
-    read -r name enc data size <<<"$m"
+    read -r name enc data size _ <<<"$m"
     sync
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
       --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"

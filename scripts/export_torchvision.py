@@ -161,7 +161,6 @@ def main():
         rows = rows_by_name.get(name)
         if rows is None:
             per_batch = seconds_per_batch(traced.to(device), size, device)
-            traced = traced.cpu()
             rows = calibrated_rows(per_batch, args.seconds)
             record = {"seconds_per_batch": round(per_batch, 4)}
         data = os.path.join(args.out_dir, f"data-{size}-{rows}.h5")
