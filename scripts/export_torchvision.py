@@ -11,9 +11,9 @@ models) the measured seconds per batch of 64.
 
 Rows: by default each model gets the rows that its encoder takes about S seconds over (default
 10) at T threads on this machine, timed here on a few batches of 64 of the module as precompute
-runs it out of the box (frozen and optimised for inference when it has a batch norm). The
-issue's runs are 10-30 s; a count fixed for one machine was half that on the next one.
---rows sets a model's count instead (multiples of 64).
+runs it out of the box (frozen and optimised for inference when it has a batch norm, with no
+TorchScript fusion on the CPU). The issue's runs are 10-30 s; a count fixed for one machine
+was half that on the next one. --rows sets a model's count instead (multiples of 64).
 """
 import argparse
 import json
@@ -143,6 +143,10 @@ def main():
     args = p.parse_args()
     rows_by_name = rows_override(args.rows)
     torch.set_num_threads(args.threads)
+    # As embcache and encoder_loop.py run it. Debian 13's torch 2.6 turns the TensorExpr fuser on
+    # for the CPU, and there ViT-B/16's timing calls never returned (LLVM compiling the fused
+    # kernel: one thread busy for 9 minutes before it was stopped).
+    torch._C._jit_override_can_fuse_on_cpu(False)
     device = torch.device(args.device)
     os.makedirs(args.out_dir, exist_ok=True)
     only = set(filter(None, args.only.split(",")))
