@@ -144,8 +144,8 @@ def main():
     rows_by_name = rows_override(args.rows)
     torch.set_num_threads(args.threads)
     # As embcache and encoder_loop.py run it. Debian 13's torch 2.6 turns the TensorExpr fuser on
-    # for the CPU, and there ViT-B/16's timing calls never returned (LLVM compiling the fused
-    # kernel: one thread busy for 9 minutes before it was stopped).
+    # for the CPU, and there ViT-B/16's timing calls never returned (one thread busy in
+    # libtorch_cpu for 9 minutes, before it was stopped).
     torch._C._jit_override_can_fuse_on_cpu(False)
     device = torch.device(args.device)
     os.makedirs(args.out_dir, exist_ok=True)
