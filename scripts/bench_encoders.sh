@@ -73,18 +73,19 @@ export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
 GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" --seconds "${RUN_SECONDS:-10}" \
   --threads "$THREADS" --device "$DEVICE" >"$WORK/models.jsonl" 2>"$WORK/export.err" ||
   { cat "$WORK/export.err" >&2; exit 1; }
-# One line per model: name, encoder, dataset, input size, rows, and how the rows were chosen.
+# One line per model: name, encoder, dataset, input size, rows, and how the rows were chosen (the
+# rest of the line: `read` puts it, spaces and all, into its last variable).
 mapfile -t MODELS < <($PY -c 'import json,sys
 for l in open(sys.argv[1]):
     j = json.loads(l)
-    how = "%.0f_ms_per_batch_of_64" % (1e3 * j["seconds_per_batch"]) if "seconds_per_batch" in j else "ROWS"
+    how = "%.0f ms per batch of 64" % (1e3 * j["seconds_per_batch"]) if "seconds_per_batch" in j else "ROWS"
     print(j["name"], j["encoder"], j["dataset"], j["size"], j["rows"], how)' "$WORK/models.jsonl")
 
 echo "$(nproc) cores; device $DEVICE; $THREADS encoder threads; $REPEATS rounds"
 rows=
 for m in "${MODELS[@]}"; do
   read -r name _ _ _ count how <<<"$m"
-  rows+="$name $count (${how//_/ }); "
+  rows+="$name $count ($how); "
 done
 echo "rows: ${rows%; } (export took $((SECONDS - START)) s)"
 if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
