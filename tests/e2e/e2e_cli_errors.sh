@@ -47,22 +47,21 @@ expect_error 3 "not a loadable TorchScript" "${RUN[@]}" --encoder "$ENC/not_torc
 expect_error 3 "Dict output has the key \"stage/1\", which cannot name a level" "${RUN[@]}" --encoder "$ENC/bad_key.pt" --dataset data.h5 --out c.h5
 expect_error 3 "1 dimensions" "${RUN[@]}" --encoder "$ENC/bad_rank.pt" --dataset data.h5 --out c.h5
 # The cause from TorchScript's interpreter, not its "The following operation failed" opening line.
-# (An encoder with batch norms is optimised by default, and its first call is the check of its
-# difference from the plain one, on 2 crops.)
+# (An optimised encoder's first call is the check of its difference from the plain one, on 2 crops.)
 expect_error 3 "forward failed on a batch of shape \[2, 2, 32, 32\]: RuntimeError: .*expected input\[2, 2, 32, 32\] to have 3 channels" \
-  "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset data.h5 --out c.h5 --bands 0,1
+  "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset data.h5 --out c.h5 --bands 0,1 --optimize
 expect_error 3 "forward failed on a batch of shape \[4, 2, 32, 32\]: RuntimeError: .*expected input\[4, 2, 32, 32\] to have 3 channels" \
   "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset data.h5 --out c.h5 --bands 0,1 --no-optimize
 expect_error 3 "crop default/w1\[0,0,8,8\] has NaN/Inf input pixels (after preprocessing), so level 0 has NaN/Inf features; fill them" \
   "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" --dataset nanpixel.h5 --out nf.h5 --no-optimize
 # An optimised encoder turns NaN into numbers (oneDNN's fused ReLU maps it to 0): the pixels are
-# refused before they are encoded, and --allow-nonfinite keeps a new cache's encoder plain.
+# refused before they are encoded. The default runs it as loaded, which --allow-nonfinite needs.
 expect_error 3 "crop default/w1\[0,0,8,8\] has NaN/Inf input pixels (after preprocessing), which the optimised encoder would turn into finite features; fill them.*or pass --no-optimize" \
-  "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset nanpixel.h5 --out nf.h5
+  "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset nanpixel.h5 --out nf.h5 --optimize
 "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset nanpixel.h5 --out nf-allowed.h5 --allow-nonfinite \
   --summary-json nf-allowed.json >/dev/null 2>&1 || fail "--allow-nonfinite on NaN pixels"
 "$PYTHON" -c 'import json, sys; assert json.load(open("nf-allowed.json"))["encoder_optimized"] is False' ||
-  fail "--allow-nonfinite optimised a new cache's encoder"
+  fail "--allow-nonfinite: a new cache's encoder was optimised"
 "$PYTHON" -c 'import h5py, numpy as np; assert np.isnan(h5py.File("nf-allowed.h5")["levels/0"][:]).any()' ||
   fail "--allow-nonfinite: the NaN pixels did not give NaN features"
 expect_error 3 "level 0 of crop default/w" "${RUN[@]}" --encoder "$ENC/nonfinite.pt" --dataset data.h5 --out nf.h5

@@ -92,10 +92,6 @@ bool forward_runs(const torch::jit::script::Module& module, const char* kind) {
   }
 }
 
-// Whether forward runs a batch norm: what freezing folds into the convolution before it. A module
-// without one runs as loaded.
-bool has_batch_norm(const torch::jit::script::Module& module) { return forward_runs(module, "aten::batch_norm"); }
-
 // Whether an optimised module runs oneDNN's binary kernel: optimize_for_inference puts a
 // BroadcastMKLDNNTensors before each add or multiply of two tensors it keeps in oneDNN's layout
 // (the residual adds of MobileNetV2 and ResNet-50).
@@ -164,22 +160,15 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimizat
   }
   impl_->module.eval();
   if (optimization == Optimization::kNone) return;
-  if (optimization == Optimization::kWhereItHelps && !has_batch_norm(impl_->module)) return;
-  optimization_failure_ = optimize_module();
+  std::string failure_to_optimize = optimize_module();
   // Whether the file can be frozen is said first: the user can change that, not the machine.
-  if (optimization_failure_.empty() && device_.is_cpu()) {
-    optimization_failure_ = cpu_kernel_hazard(impl_->module);
-    if (!optimization_failure_.empty()) {
-      impl_->module = *impl_->plain;
-      impl_->plain.reset();
-    }
-  }
-  optimized_ = optimization_failure_.empty();
-  if (!optimized_ && optimization == Optimization::kRequired) {
-    throw InputError(path_ + ": cannot be optimised: " + optimization_failure_ +
+  if (failure_to_optimize.empty() && device_.is_cpu()) failure_to_optimize = cpu_kernel_hazard(impl_->module);
+  if (!failure_to_optimize.empty()) {
+    throw InputError(path_ + ": cannot be optimised: " + failure_to_optimize +
                      "; run with --no-optimize (a cache made with an optimised encoder then needs another --out, "
                      "or --overwrite)");
   }
+  optimized_ = true;
 }
 
 std::string Encoder::optimize_module() {

@@ -37,15 +37,8 @@ inline constexpr const char* kEncoderOptimization = "freeze+optimize_for_inferen
 // norms folded into the convolutions before them) and optimised for inference (oneDNN weight
 // prepacking on CPU), or left as loaded.
 enum class Optimization {
-  kNone,        // as loaded
-  kRequired,    // optimised; InputError when the module cannot be frozen or oneDNN cannot run it here
-  // Optimised when the module has a batch norm to fold and can be frozen, else as loaded
-  // (optimization_failure() says why when it was tried and failed). Measured on 2 cores,
-  // optimising gains what folding and prepacking convolutions give: MobileNetV2 and ResNet-50
-  // 0.52x and 0.80x the plain wall time; ConvNeXt-T (layer norms) ran ~9% slower per call and
-  // ViT-B/16 no faster, and both paid 0.2-0.4 s more before the first call (docs/precompute.md,
-  // "Performance").
-  kWhereItHelps,
+  kNone,      // as loaded
+  kRequired,  // optimised; InputError when the module cannot be frozen or oneDNN cannot run it here
 };
 
 class Encoder {
@@ -64,9 +57,6 @@ class Encoder {
   // measures their difference; the plain module is then released. Call once, before forward.
   OptimizationDifference measure_optimization(const at::Tensor& sample);
   bool optimized() const { return optimized_; }
-  // kWhereItHelps only: why it runs as loaded ("" when it was optimised or not tried): it cannot
-  // be frozen, or (CPU) oneDNN cannot run its adds once optimised on this machine (onednn_cache_view.hpp).
-  const std::string& optimization_failure() const { return optimization_failure_; }
   c10::Device device() const { return device_; }
   const std::string& path() const { return path_; }
 
@@ -79,7 +69,6 @@ class Encoder {
   c10::Device device_;
   Amp amp_;
   bool optimized_ = false;
-  std::string optimization_failure_;
 };
 
 }  // namespace embcache

@@ -120,10 +120,6 @@ std::unique_ptr<Encoder> load_encoder(const PrecomputePlan& plan, std::string* s
   std::future<std::string> hash = std::async(std::launch::async, sha256_file_hex, plan.encoder);
   auto encoder = std::make_unique<Encoder>(plan.encoder, plan.device, plan.amp, encoder_optimization(plan));
   *sha256 = hash.get();
-  if (!encoder->optimization_failure().empty() && !plan.quiet) {
-    std::fprintf(stderr, "embcache: note: %s runs as loaded, not optimised: %s (--no-optimize silences this)\n",
-                 plan.encoder.c_str(), encoder->optimization_failure().c_str());
-  }
   return encoder;
 }
 

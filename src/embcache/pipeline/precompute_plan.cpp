@@ -248,7 +248,7 @@ nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::strin
     signature["level_layout"] = layout;
   }
   // Compared, and only when set: optimised and plain features never mix in one cache, and the
-  // signatures of plain caches (all those made before optimisation was the default) stay as they were.
+  // signatures of plain caches (all those made before --optimize existed) stay as they were.
   if (optimized) signature["encoder_optimization"] = kEncoderOptimization;
   signature["embcache_version"] = EMBCACHE_VERSION;
   // Informational: where and how these rows were computed. A cache of parts keeps each part's
@@ -270,14 +270,14 @@ Optimization encoder_optimization(const PrecomputePlan& plan) {
     case OptimizeChoice::kAuto:
       break;
   }
-  // A new cache: optimised where it helps (Optimization::kWhereItHelps), unless NaN/Inf features
-  // are to be stored as the encoder makes them (an optimised encoder's fused activations turn NaN
-  // into numbers).
-  const Optimization fresh = plan.allow_nonfinite ? Optimization::kNone : Optimization::kWhereItHelps;
-  if (plan.overwrite) return fresh;
+  // A new cache runs the encoder as loaded. Optimising moves features by more than the 1e-5 a
+  // default may: once their batch norms hold statistics at a trained network's scale, folding
+  // them moved MobileNetV2's outputs by up to 2e-5 of their largest value and ResNet-50's by up
+  // to 1.2e-4 (docs/precompute.md, "Performance"). Rows already there keep the numerics they
+  // were made with, optimised or not.
+  if (plan.overwrite) return Optimization::kNone;
   const std::optional<Signature> existing = signature_of_existing_rows(plan.out, plan.shard.text());
-  if (!existing) return fresh;
-  return existing->contains("encoder_optimization") ? Optimization::kRequired : Optimization::kNone;
+  return existing && existing->contains("encoder_optimization") ? Optimization::kRequired : Optimization::kNone;
 }
 
 PrecomputeEstimate estimate_precompute(const PrecomputePlan& plan) {

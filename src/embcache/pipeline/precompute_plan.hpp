@@ -85,8 +85,8 @@ nlohmann::json precompute_signature(const PrecomputePlan& plan, const std::strin
 
 // How this run's encoder is optimised. kAlways and kNever as asked. kAuto: like the rows already
 // in the cache (or committed by an interrupted run of this shard), so an existing cache is
-// extended with the numerics it was made with; a new cache (or --overwrite) gets an optimised
-// encoder when the module can be frozen, except under --allow-nonfinite.
+// extended with the numerics it was made with; a new cache (or --overwrite) gets the encoder as
+// loaded.
 Optimization encoder_optimization(const PrecomputePlan& plan);
 
 // What a precompute would produce, for `embcache run --dry-run`: the crop count of the dataset's
