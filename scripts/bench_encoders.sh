@@ -7,7 +7,7 @@
 #   encoder-only   the same batches through a fresh copy of the encoder in the same process
 #                  (bench_precompute: warm-up included, as in the run)
 #   enc in run     precompute's encoder_seconds;  wall: precompute's wall time (out of the box:
-#                  a new cache's encoder with batch norms is frozen and optimised for inference)
+#                  the encoder as loaded)
 #   py script      scripts/encoder_loop.py --mode script: the whole serial script a user would
 #                  write (load the model, then per batch an h5py read, conversion to float, the
 #                  forward call and h5py writes of the outputs as float16), load included as
@@ -30,12 +30,12 @@
 # what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
 # outside interference, then each round's encoder calls: slow calls in the run and alone, and
 # whether the encoder's threads waited for a core in them (bench/thread_times.hpp).
-# The table also gives the difference from the plain encoder the run measured (max over outputs of
-# max |optimised - plain| / max |plain|).
-#   PLAIN=1        adds the same run with --no-optimize (the plain module, the default before
-#                  optimisation was): its encoder-only, encoder_seconds and wall
-# Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; PLAIN=1 adds
-# the --no-optimize runs (about 4 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
+#   OPTIMIZED=1    adds the same run with --optimize (frozen and optimised for inference): its
+#                  encoder-only, encoder_seconds and wall, and the difference from the plain
+#                  encoder that the run measured (max over outputs of max |optimised - plain| /
+#                  max |plain|)
+# Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; OPTIMIZED=1
+# adds the --optimize runs (about 6 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
 # rows: by default, each model's rows take its encoder about RUN_SECONDS (10) at THREADS threads
 # on DEVICE, as export_torchvision.py times a few batches of the module precompute runs (the
 # short end of the issue's 10-30 s; 5 rounds then took 16-17 minutes on Debian 12 on the 2-core
@@ -59,7 +59,7 @@ fi
 WORK=${1:-$(mktemp -d /tmp/embcache-bench-encoders-XXXXXX)}
 mkdir -p "$WORK"
 REPEATS=${REPEATS:-5}
-PLAIN=${PLAIN:-0}
+OPTIMIZED=${OPTIMIZED:-0}
 THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 PY_MODE=script
@@ -97,9 +97,9 @@ for round in $(seq "$REPEATS"); do
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
       --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"
     rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
-    if ((PLAIN)); then
+    if ((OPTIMIZED)); then
       "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-        --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --no-optimize ${EXTRA:-} >"$WORK/$name-plain-$round.json"
+        --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --optimize ${EXTRA:-} >"$WORK/$name-opt-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
     GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads "$THREADS" --device "$DEVICE" --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
@@ -108,29 +108,30 @@ for round in $(seq "$REPEATS"); do
   done
   echo "round $round done ($((SECONDS - START)) s)"
 done
-$PY - "$WORK" "$REPEATS" "$PLAIN" "${MODELS[@]}" <<'PY'
+$PY - "$WORK" "$REPEATS" "$OPTIMIZED" "${MODELS[@]}" <<'PY'
 import json, statistics, sys
-work, repeats, plain = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
+work, repeats, optimized = sys.argv[1], int(sys.argv[2]), sys.argv[3] == "1"
 models = [m.split()[0] for m in sys.argv[4:]]
 def series(name, kind, key):
     return [json.load(open(f"{work}/{name}-{kind}-{r}.json"))[key] for r in range(1, repeats + 1)]
 def cell(v):
     return f"{statistics.median(v):6.2f} ({min(v):.2f}-{max(v):.2f})"
 cols = ["encoder-only", "enc in run", "wall", "py forward", "py script"]
-def difference(m, r):
-    j = json.load(open(f"{work}/{m}-run-{r}.json"))
+def difference(m, kind, r):
+    j = json.load(open(f"{work}/{m}-{kind}-{r}.json"))
     return max(j["optimize_difference"].values()) if j.get("encoder_optimized") else None
+def optimised(m, kind):
+    differences = [difference(m, kind, r) for r in range(1, repeats + 1)]
+    return "no" if None in differences else f"yes ({max(differences):.1e})"
 print(f"{'model':14} " + " ".join(f"{c:>20}" for c in cols) +
       "   enc/only  wall/only  wall/pyfwd  wall/pyscript  slow mode (enc max/min)  py fwd max/min  optimised (max rel. difference)")
 for m in models:
     only, enc = series(m, "run", "encoder_only_seconds"), series(m, "run", "encoder_seconds")
     wall, fwd, script = series(m, "run", "seconds"), series(m, "py", "forward_seconds"), series(m, "py", "seconds")
-    differences = [difference(m, r) for r in range(1, repeats + 1)]
-    optimised = "no" if None in differences else f"yes ({max(differences):.1e})"
     med = statistics.median
     print(f"{m:14} " + " ".join(f"{cell(v):>20}" for v in (only, enc, wall, fwd, script)) +
           f"   {med(enc) / med(only):8.3f}  {med(wall) / med(only):9.3f}  {med(wall) / med(fwd):10.3f}"
-          f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):23.3f}  {max(fwd) / min(fwd):14.3f}  {optimised}")
+          f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):23.3f}  {max(fwd) / min(fwd):14.3f}  {optimised(m, 'run')}")
 print("targets: enc/only <= 1.05, wall/only <= 1.10, wall/pyfwd <= 1.10, wall/pyscript < 1, slow mode <= 1.15")
 print("py fwd max/min: the same spread of the Python loop's forward calls (the machine's own noise)")
 print()
@@ -173,19 +174,19 @@ for m in models:
         team = f"{1e3 * sum(wait):7.0f} / {1e3 * sum(run['encoder_only_call_team_wait_seconds'][2:]):5.0f} ms"
         print(f"{m:14} {r:5}  {1e3 * statistics.median(calls):7.1f} / {1e3 * typical:6.1f}  {len(slow):6} / {slow_alone:5}"
               f"  {team:>31}  {in_slow:>25}")
-if plain:
+if optimized:
     print()
-    print("--no-optimize (the plain module, as loaded), the same runs:")
+    print("--optimize (frozen and optimised for inference), the same runs; py forward is the plain module's:")
     cols = ["encoder-only", "enc in run", "wall"]
     print(f"{'model':14} " + " ".join(f"{c:>20}" for c in cols) +
-          "   enc/only  wall/only  wall/pyfwd  default wall/plain wall  slow mode")
+          "   enc/only  wall/only  wall/pyfwd  optimised wall/default wall  slow mode  optimised (max rel. difference)")
     for m in models:
-        only, enc = series(m, "plain", "encoder_only_seconds"), series(m, "plain", "encoder_seconds")
-        wall, fwd = series(m, "plain", "seconds"), series(m, "py", "forward_seconds")
+        only, enc = series(m, "opt", "encoder_only_seconds"), series(m, "opt", "encoder_seconds")
+        wall, fwd = series(m, "opt", "seconds"), series(m, "py", "forward_seconds")
         default_wall = series(m, "run", "seconds")
         med = statistics.median
         print(f"{m:14} " + " ".join(f"{cell(v):>20}" for v in (only, enc, wall)) +
               f"   {med(enc) / med(only):8.3f}  {med(wall) / med(only):9.3f}  {med(wall) / med(fwd):10.3f}"
-              f"  {med(default_wall) / med(wall):23.3f}  {max(enc) / min(enc):9.3f}")
+              f"  {med(wall) / med(default_wall):27.3f}  {max(enc) / min(enc):9.3f}  {optimised(m, 'opt')}")
 PY
 echo "the benchmark took $(((SECONDS - START) / 60)) min $(((SECONDS - START) % 60)) s (rounds and export)"

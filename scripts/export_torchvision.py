@@ -1,18 +1,20 @@
 #!/usr/bin/python3
 """Real architectures for scripts/bench_encoders.sh: MobileNetV2, ResNet-50, ConvNeXt-T and
 ViT-B/16 from Debian's python3-torchvision with random weights (seeded; weights do not change
-the time of a forward call), traced with several taps, and a uint8 array dataset per input size.
+the time of a forward call) and batch norm statistics set from random images (so that the
+outputs have a trained network's scale, which their conversion's time can depend on), traced
+with several taps, and a uint8 array dataset per input size.
 
 Usage: export_torchvision.py OUT_DIR [--only NAME,...] [--rows NAME=N,...] [--seconds S]
-    [--threads T] [--device cpu|cuda]
+    [--threads T] [--device cpu|cuda] [--optimize]
 Writes OUT_DIR/NAME.pt (TorchScript returning a list of tapped tensors), OUT_DIR/data-SIZE-ROWS.h5,
 and prints one JSON line per model: name, input size, rows, the taps' shapes, and (calibrated
 models) the measured seconds per batch of 64.
 
 Rows: by default each model gets the rows that its encoder takes about S seconds over (default
 10) at T threads on this machine, timed here on a few batches of 64 of the module as precompute
-runs it out of the box (frozen and optimised for inference when it has a batch norm, with no
-TorchScript fusion on the CPU). The issue's runs are 10-30 s; a count fixed for one machine
+runs it out of the box (as loaded, with no TorchScript fusion on the CPU; --optimize: frozen
+and optimised for inference, as precompute --optimize runs it). The issue's runs are 10-30 s; a count fixed for one machine
 was half that on the next one. --rows sets a model's count instead (multiples of 64).
 """
 import argparse
@@ -123,20 +125,17 @@ def rows_override(text):
     return rows
 
 
-def as_precompute_runs_it(traced):
-    """The module as precompute runs a new cache's encoder by default: frozen and optimised for
-    inference when it has a batch norm to fold, else as traced (docs/precompute.md, --optimize)."""
-    has_batch_norm = any(n.kind() == "aten::batch_norm" for n in traced.inlined_graph.nodes())
-    if not has_batch_norm:
-        return traced
-    return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval()))
+def as_precompute_runs_it(traced, optimize):
+    """The module as precompute runs it: as loaded by default, frozen and optimised for inference
+    under --optimize (docs/precompute.md)."""
+    return torch.jit.optimize_for_inference(torch.jit.freeze(traced.eval())) if optimize else traced
 
 
-def seconds_per_batch(traced, size, device):
+def seconds_per_batch(traced, size, device, optimize):
     """Median seconds of a forward call on a batch of 64 random images: two warm-up calls (the
     TorchScript executor profiles the graph in the first and optimises it in the second, and the
     heap grows to its peak), then at least two timed calls and at least a second of them."""
-    module = as_precompute_runs_it(traced)
+    module = as_precompute_runs_it(traced, optimize)
     x = torch.rand(BATCH, 3, size, size, device=device)
     times = []
     with torch.inference_mode():
@@ -161,6 +160,7 @@ def main():
     p.add_argument("--seconds", type=float, default=10.0, help="encoder seconds a calibrated model's rows take")
     p.add_argument("--threads", type=int, default=2, help="threads to time the calibration at")
     p.add_argument("--device", default="cpu")
+    p.add_argument("--optimize", action="store_true", help="time the module as precompute --optimize runs it")
     args = p.parse_args()
     rows_by_name = rows_override(args.rows)
     torch.set_num_threads(args.threads)
@@ -185,7 +185,7 @@ def main():
         record = {}
         rows = rows_by_name.get(name)
         if rows is None:
-            per_batch = seconds_per_batch(traced.to(device), size, device)
+            per_batch = seconds_per_batch(traced.to(device), size, device, args.optimize)
             rows = calibrated_rows(per_batch, args.seconds)
             record = {"seconds_per_batch": round(per_batch, 4)}
         data = os.path.join(args.out_dir, f"data-{size}-{rows}.h5")
