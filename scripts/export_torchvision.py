@@ -13,9 +13,10 @@ models) the measured seconds per batch of 64.
 
 Rows: by default each model gets the rows that its encoder takes about S seconds over (default
 10) at T threads on this machine, timed here on a few batches of 64 of the module as precompute
-runs it out of the box (as loaded, with no TorchScript fusion on the CPU; --optimize: frozen
-and optimised for inference, as precompute --optimize runs it). The issue's runs are 10-30 s; a count fixed for one machine
-was half that on the next one. --rows sets a model's count instead (multiples of 64).
+runs it out of the box (as loaded, with no TorchScript fusion on the CPU; --optimize: frozen and
+optimised for inference, as precompute --optimize runs it). The issue's runs are 10-30 s; a
+count fixed for one machine was half that on the next one. --rows sets a model's count instead
+(multiples of 64).
 """
 import argparse
 import json
