@@ -99,7 +99,7 @@ echo "ok: a study with the CLI's options (mean 1370.19151926) reuses the CLI's c
 
 # 4. A cache written by the build before format 2 (tests/data/format1, made by 18fb7f3) reads,
 #    trains and extends: the rerun computes only the two new windows and writes only them, as a
-#    second part, with the plain encoder it was made with (the default optimises new caches only). CACHE.h5 becomes a view (format 3) whose first part is the old file itself, still
+#    second part, with the plain encoder it was made with (as a cache keeps at the default). CACHE.h5 becomes a view (format 3) whose first part is the old file itself, still
 #    format 1; the signature is the old one but for informational fields. `embcache compact` makes
 #    it one format 1 file again, for builds that read only formats 1 and 2.
 : "${TEST_DATA:?run through ctest}"

@@ -205,9 +205,9 @@ class ShapeChanges(nn.Module):
 
 
 class Unfreezable(nn.Module):
-    """A batch norm (so precompute's default tries to optimise it) and two list attributes that
-    hold one tensor, which torch.jit.freeze refuses ("module contains attributes values that
-    overlaps"): the default then runs it as loaded. (A module list indexed at run time is refused
+    """A batch norm (something for --optimize to fold) and two list attributes that hold one
+    tensor, which torch.jit.freeze refuses ("module contains attributes values that overlaps"):
+    --optimize then refuses it in one line. (A module list indexed at run time is refused
     too, but loading any module with an interface type leaks a reference cycle inside LibTorch,
     which the sanitizer leg would report.)"""
 

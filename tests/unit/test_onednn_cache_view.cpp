@@ -1,5 +1,5 @@
 // oneDNN's view of the CPU caches, read from the oneDNN that LibTorch loaded, and the verdict on it
-// that keeps precompute's default from running oneDNN's optimised kernels where they divide by zero.
+// that keeps precompute --optimize from running oneDNN's optimised kernels where they divide by zero.
 #include "doctest_torch.hpp"
 
 #include <link.h>
