@@ -58,6 +58,9 @@ expect_error 3 "crop default/w1\[0,0,8,8\] has NaN/Inf input pixels (after prepr
 # refused before they are encoded. The default runs it as loaded, which --allow-nonfinite needs.
 expect_error 3 "crop default/w1\[0,0,8,8\] has NaN/Inf input pixels (after preprocessing), which the optimised encoder would turn into finite features; fill them.*or pass --no-optimize" \
   "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset nanpixel.h5 --out nf.h5 --optimize
+# --allow-nonfinite asks to store the NaN features the pixels make; optimised, they would be numbers.
+expect_error 3 "crop default/w1\[0,0,8,8\] has NaN/Inf input pixels (after preprocessing), which the optimised encoder would turn into finite features" \
+  "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset nanpixel.h5 --out nf.h5 --optimize --allow-nonfinite
 "${RUN[@]}" --encoder "$ENC/conv_bn.pt" --dataset nanpixel.h5 --out nf-allowed.h5 --allow-nonfinite \
   --summary-json nf-allowed.json >/dev/null 2>&1 || fail "--allow-nonfinite on NaN pixels"
 "$PYTHON" -c 'import json, sys; assert json.load(open("nf-allowed.json"))["encoder_optimized"] is False' ||

@@ -49,8 +49,10 @@ bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
     item.input = next_slot(crop.pixels.sizes());
     settings_.preprocess.apply_into(crop.pixels, item.input);
     // Noted for the error message: NaN features from NaN pixels need the dataset fixed. Only
-    // float pixels can hold NaN/Inf, so integer datasets skip the pass.
-    if (!settings_.allow_nonfinite && crop.pixels.is_floating_point()) {
+    // float pixels can hold NaN/Inf, so integer datasets skip the pass. An optimised encoder's
+    // are refused even under --allow-nonfinite, which asks to store the NaN features the pixels
+    // make, not the finite ones the fused activations would put in their place.
+    if ((!settings_.allow_nonfinite || settings_.refuse_nonfinite_input) && crop.pixels.is_floating_point()) {
       item.input_nonfinite = !at::isfinite(item.input).all().item<bool>();
       if (item.input_nonfinite && settings_.refuse_nonfinite_input) {
         throw InputError("crop " + item.key.describe() + " has NaN/Inf input pixels (after preprocessing), which the "

@@ -32,7 +32,8 @@ class PrepStage {
     LabelKinds labels;
     bool allow_nonfinite = false;
     // An optimised encoder's fused activations turn NaN into numbers (oneDNN's ReLU maps it to
-    // 0), so the features would not show it: NaN/Inf input pixels are refused here instead.
+    // 0), so the features would not show it: NaN/Inf input pixels are refused here instead,
+    // with --allow-nonfinite too.
     bool refuse_nonfinite_input = false;
     // Crops are normalised into batches of this many slots, in the order they are pushed, so
     // that the encoder forms its batches of them without a copy (EncodeStage); 0: each crop
