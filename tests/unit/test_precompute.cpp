@@ -15,6 +15,8 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -23,6 +25,8 @@
 #include "embcache/core/cpu_info.hpp"
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/file_hash_memo.hpp"
+#include "embcache/core/sha256.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/onednn_cache_view.hpp"
@@ -384,6 +388,37 @@ TEST_CASE("a cache is marked complete only by a run that finished; a finished re
   }
   CHECK(pending_commit_records(s.cache) == 1);
   CHECK(contains(cache_shortfall(CacheReader(s.cache)), "rows it committed are not in the file yet"));
+}
+
+TEST_CASE("the encoder file's hash comes from the hash memo where it remembers the file, or from the file") {
+  Setup s;
+  const std::string encoder = s.dir.file("encoder.pt"), memo = s.dir.file("memo");
+  fs::copy_file(testing::fixture("multi_scripted.pt"), encoder);
+  const std::string sha = sha256_file_hex(encoder);
+  REQUIRE(FileHashMemo(memo, /*settle_seconds=*/0).sha256_hex(encoder) == sha);  // remembered
+  auto signed_with = [&](const std::optional<std::string>& memo_dir) {
+    PrecomputeOptions o = s.options();
+    o.encoder = encoder;
+    o.overwrite = true;
+    PrecomputePlan plan = plan_precompute(o);
+    plan.encoder_hash_memo = memo_dir;
+    run_precompute(plan, {});
+    return CacheReader(s.cache).signature()["encoder_sha256"].get<std::string>();
+  };
+  CHECK(signed_with(memo) == sha);
+  // The entry made to say another digest: a run that reads the memo signs with it, one without
+  // a memo hashes the file.
+  std::vector<fs::path> entries(fs::directory_iterator(memo), fs::directory_iterator{});
+  REQUIRE(entries.size() == 1);
+  std::ifstream in(entries[0]);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const std::string other(64, 'c');
+  const auto at = text.find(sha);
+  REQUIRE(at != std::string::npos);
+  std::ofstream(entries[0], std::ios::trunc) << text.replace(at, sha.size(), other);
+  CHECK(signed_with(memo) == other);
+  CHECK(signed_with(std::nullopt) == sha);
 }
 
 TEST_CASE("a second writer is refused while the first holds the lock") {

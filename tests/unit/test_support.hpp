@@ -28,6 +28,20 @@ class TempDir {
   std::string path_;
 };
 
+// Sets (or, with nullopt, unsets) an environment variable for its lifetime, then puts back what
+// was there.
+class ScopedEnv {
+ public:
+  ScopedEnv(std::string name, const std::optional<std::string>& value);
+  ~ScopedEnv();
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  std::string name_;
+  std::optional<std::string> previous_;
+};
+
 struct ArrayDatasetSpec {
   at::Tensor images;                 // [N, C, H, W] uint8/int16/int32/float32 (written as is)
   bool images_uint16 = false;        // write int32 `images` as uint16 on disk

@@ -17,7 +17,7 @@
 #include <thread>
 
 #include "embcache/core/intra_op_threads.hpp"
-#include "embcache/core/sha256.hpp"
+#include "embcache/core/file_hash_memo.hpp"
 #include "embcache/core/stop_request.hpp"
 #include "embcache/core/thread_name.hpp"
 #include "embcache/dataset/window_source.hpp"
@@ -115,9 +115,12 @@ void run_serial(Stages& s, RunContext& context) {
 }
 
 // The encoder file's hash (computed beside its load: both read the whole file, and real encoders
-// are hundreds of MB) and the cache's signature. A load error is reported before a hash error.
+// are hundreds of MB; or remembered from an earlier run with the same file, FileHashMemo) and the
+// cache's signature. A load error is reported before a hash error.
 std::unique_ptr<Encoder> load_encoder(const PrecomputePlan& plan, std::string* sha256) {
-  std::future<std::string> hash = std::async(std::launch::async, sha256_file_hex, plan.encoder);
+  std::future<std::string> hash = std::async(std::launch::async, [&plan] {
+    return FileHashMemo(plan.encoder_hash_memo).sha256_hex(plan.encoder);
+  });
   auto encoder = std::make_unique<Encoder>(plan.encoder, plan.device, plan.amp, encoder_optimization(plan));
   *sha256 = hash.get();
   return encoder;

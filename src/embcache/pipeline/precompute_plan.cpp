@@ -8,6 +8,7 @@
 #include "embcache/core/cpu_info.hpp"
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/file_hash_memo.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/dataset/array_dataset.hpp"
 #include "embcache/dataset/window_source.hpp"
@@ -94,6 +95,7 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
   plan.optimize = o.optimize ? OptimizeChoice::kAlways : o.no_optimize ? OptimizeChoice::kNever : OptimizeChoice::kAuto;
   plan.shard = parse_shard(o.shard);
   plan.only_new_windows = o.only_new_windows;
+  plan.encoder_hash_memo = FileHashMemo::from_environment().directory();
   plan.device = resolve_device(o.device);
   if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError(OptionName{"amp"}, "needs a CUDA device; on CPU use --amp none");
   if (o.threads < 0) throw UsageError(OptionName{"threads"}, "must be 0 (one per CPU this process may run on) or more");

@@ -57,6 +57,9 @@ struct PrecomputePlan {
   ShardSpec shard;                    // the windows this run processes (whole: all of them)
   bool overwrite = false, allow_nonfinite = false, quiet = false;
   bool only_new_windows = false;      // windows whose crops are all cached are not read (no staleness check)
+  // Where the encoder file's hash is remembered between runs (FileHashMemo::from_environment);
+  // nullopt: hashed on every run.
+  std::optional<std::string> encoder_hash_memo;
 
   // The largest batch the encoder stage may form (sizes the crop queue).
   std::int64_t max_batch() const { return batch_size ? *batch_size : (device.is_cuda() ? 256 : 64); }

@@ -1,0 +1,127 @@
+#include "embcache/core/file_hash_memo.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <chrono>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <nlohmann/json.hpp>
+#include <thread>
+#include <utility>
+
+#include "embcache/core/sha256.hpp"
+
+namespace embcache {
+namespace {
+
+std::int64_t nanoseconds(const timespec& t) { return std::int64_t(t.tv_sec) * 1000000000 + t.tv_nsec; }
+
+struct Identity {
+  nlohmann::json fields;            // what an entry must match
+  std::int64_t newest_time_ns = 0;  // the later of the file's modification and status-change times
+};
+
+std::optional<Identity> identity_of(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0 || !S_ISREG(st.st_mode)) return std::nullopt;
+  char* resolved = ::realpath(path.c_str(), nullptr);
+  if (resolved == nullptr) return std::nullopt;
+  Identity id;
+  id.fields = {{"path", std::string(resolved)},
+               {"device", std::uint64_t(st.st_dev)},
+               {"inode", std::uint64_t(st.st_ino)},
+               {"size", std::int64_t(st.st_size)},
+               {"mtime_ns", nanoseconds(st.st_mtim)},
+               {"ctime_ns", nanoseconds(st.st_ctim)}};
+  std::free(resolved);
+  id.newest_time_ns = std::max(nanoseconds(st.st_mtim), nanoseconds(st.st_ctim));
+  return id;
+}
+
+bool is_sha256_hex(const std::string& text) {
+  if (text.size() != 64) return false;
+  for (char c : text) {
+    if (!std::isdigit(static_cast<unsigned char>(c)) && (c < 'a' || c > 'f')) return false;
+  }
+  return true;
+}
+
+std::optional<std::string> remembered(const std::string& entry, const nlohmann::json& fields) {
+  std::ifstream in(entry);
+  if (!in) return std::nullopt;
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (!j.is_object() || j.value("identity", nlohmann::json()) != fields) return std::nullopt;
+  const nlohmann::json& sha = j.value("sha256", nlohmann::json());
+  if (!sha.is_string() || !is_sha256_hex(sha.get<std::string>())) return std::nullopt;
+  return sha.get<std::string>();
+}
+
+// Through a file of this process and thread, renamed into place: a reader, or a shard on another
+// machine writing the same entry, never sees half of one.
+void remember(const std::string& directory, const std::string& entry, const nlohmann::json& fields,
+              const std::string& sha) {
+  std::error_code ec;
+  std::filesystem::create_directories(directory, ec);
+  if (ec) return;
+  const std::string tmp = entry + "." + std::to_string(::getpid()) + "-" +
+                          std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + ".tmp";
+  {
+    std::ofstream out(tmp);
+    out << nlohmann::json{{"identity", fields}, {"sha256", sha}}.dump() << '\n';
+    out.close();
+    if (!out) {
+      std::remove(tmp.c_str());
+      return;
+    }
+  }
+  if (std::rename(tmp.c_str(), entry.c_str()) != 0) std::remove(tmp.c_str());
+}
+
+std::int64_t wall_clock_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+      .count();
+}
+
+std::optional<std::string> non_empty_env(const char* name) {
+  const char* value = std::getenv(name);
+  if (value == nullptr || *value == '\0') return std::nullopt;
+  return std::string(value);
+}
+
+}  // namespace
+
+FileHashMemo::FileHashMemo(std::optional<std::string> directory, double settle_seconds)
+    : directory_(std::move(directory)), settle_seconds_(settle_seconds) {}
+
+FileHashMemo FileHashMemo::from_environment() {
+  if (const auto memo = non_empty_env("EMBCACHE_HASH_MEMO")) {
+    if (*memo == "off") return FileHashMemo(std::nullopt);
+    return FileHashMemo(*memo);
+  }
+  if (const auto xdg = non_empty_env("XDG_CACHE_HOME")) return FileHashMemo(*xdg + "/embcache/sha256");
+  if (const auto home = non_empty_env("HOME")) return FileHashMemo(*home + "/.cache/embcache/sha256");
+  return FileHashMemo(std::nullopt);
+}
+
+std::string FileHashMemo::sha256_hex(const std::string& path) const {
+  if (!directory_) return sha256_file_hex(path);
+  const std::int64_t started_ns = wall_clock_ns();
+  const std::optional<Identity> before = identity_of(path);
+  if (!before) return sha256_file_hex(path);  // not a readable regular file: its error, as without a memo
+  const std::string entry = *directory_ + "/" + embcache::sha256_hex(before->fields.dump()).substr(0, 32) + ".json";
+  if (std::optional<std::string> sha = remembered(entry, before->fields)) return *sha;
+  std::string sha = sha256_file_hex(path);
+  const std::optional<Identity> after = identity_of(path);
+  const bool settled = double(started_ns - before->newest_time_ns) >= settle_seconds_ * 1e9;
+  if (settled && after && after->fields == before->fields) remember(*directory_, entry, before->fields, sha);
+  return sha;
+}
+
+}  // namespace embcache
