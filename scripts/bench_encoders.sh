@@ -38,8 +38,8 @@
 # adds the --optimize runs (about 6 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
 # rows: by default, each model's rows take its encoder about RUN_SECONDS (10) at THREADS threads
 # on DEVICE, as export_torchvision.py times a few batches of the module precompute runs (the
-# short end of the 10-30 s; on the 2-core build VM 5 rounds with OPTIMIZED=1 took 20.5
-# minutes on Debian 12 and 13, of which the --optimize runs about 6);
+# short end of the 10-30 s; on the 2-core build VM 5 rounds took 12.3 minutes on
+# Debian 12, and 20.5 with OPTIMIZED=1 on Debian 12 and 13);
 # the output's second line says what it chose;
 # ROWS="mobilenet_v2=15360,resnet50=1344" fixes counts (multiples of 64) instead;
 # EXTRA="--opt ..." passes options to bench_precompute; THREADS=N the encoder's threads on both
