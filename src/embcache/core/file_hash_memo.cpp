@@ -34,8 +34,9 @@ std::optional<Identity> identity_of(const std::string& path) {
   char* resolved = ::realpath(path.c_str(), nullptr);
   if (resolved == nullptr) return std::nullopt;
   Identity id;
+  // No device number: a network file system's differs from client to client, and the shards
+  // of an array on several machines then could not share what one of them hashed.
   id.fields = {{"path", std::string(resolved)},
-               {"device", std::uint64_t(st.st_dev)},
                {"inode", std::uint64_t(st.st_ino)},
                {"size", std::int64_t(st.st_size)},
                {"mtime_ns", nanoseconds(st.st_mtim)},

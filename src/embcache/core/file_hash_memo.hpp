@@ -7,7 +7,7 @@
 
 namespace embcache {
 
-// The identity a remembered hash is tied to: the file's resolved path, device, inode, size,
+// The identity a remembered hash is tied to: the file's resolved path, inode, size,
 // modification and status-change times (ns). The kernel sets the status-change time on every
 // write, rename or chmod, and no call can set it back, so an identity that matches names the
 // same bytes. Hashes are remembered only for files whose times are `settle_seconds` in the past
