@@ -30,17 +30,6 @@ std::vector<fs::path> entries(const std::string& directory) {
   return found;
 }
 
-// The one entry's sha256 replaced by another well-formed digest: what the memo then returns
-// shows whether it read the entry or the file.
-void forge_entry(const fs::path& entry, const std::string& sha) {
-  std::ifstream in(entry);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  const auto at = text.find("\"sha256\":\"");
-  REQUIRE(at != std::string::npos);
-  text.replace(at + 10, 64, sha);
-  write_file(entry.string(), text);
-}
-
 const std::string kOtherSha(64, 'a');
 
 }  // namespace
@@ -55,8 +44,8 @@ TEST_CASE("the file hash memo returns the file's sha256, remembers it, and reads
   const std::vector<fs::path> made = entries(memo_dir);
   REQUIRE(made.size() == 1);
   REQUIRE(made[0].extension() == ".json");
-  forge_entry(made[0], kOtherSha);
-  REQUIRE(memo.sha256_hex(file) == kOtherSha);  // read from the memo, not the file
+  testing::replace_in_file(made[0].string(), sha, kOtherSha);  // the entry made to say another digest
+  REQUIRE(memo.sha256_hex(file) == kOtherSha);                  // read from the memo, not the file
   // Through another path to the same file (a symlink): the same identity, the same entry.
   fs::create_symlink(file, dir.file("link.pt"));
   REQUIRE(memo.sha256_hex(dir.file("link.pt")) == kOtherSha);
@@ -68,8 +57,9 @@ TEST_CASE("the file hash memo hashes again when the file changes, even at the sa
   const std::string file = dir.file("encoder.pt"), memo_dir = dir.file("memo");
   write_file(file, std::string(4096, 'a'));
   const FileHashMemo memo(memo_dir, 0);
-  REQUIRE(memo.sha256_hex(file) == sha256_file_hex(file));
-  forge_entry(entries(memo_dir).at(0), kOtherSha);
+  const std::string sha = sha256_file_hex(file);
+  REQUIRE(memo.sha256_hex(file) == sha);
+  testing::replace_in_file(entries(memo_dir).at(0).string(), sha, kOtherSha);
   struct stat before {};
   REQUIRE(::stat(file.c_str(), &before) == 0);
   write_file(file, std::string(4096, 'b'));  // same size
@@ -107,7 +97,7 @@ TEST_CASE("the file hash memo passes over entries it cannot use, and a memo it c
     REQUIRE(memo.sha256_hex(file) == sha);  // hashed, and the entry written again
     REQUIRE(memo.sha256_hex(file) == sha);
   }
-  forge_entry(entry, "not hex" + std::string(57, 'z'));
+  testing::replace_in_file(entry.string(), sha, "not hex" + std::string(57, 'z'));
   REQUIRE(memo.sha256_hex(file) == sha);
   // A memo directory that cannot be made (a file is in its place): hashed every time.
   write_file(dir.file("blocked"), "");

@@ -7,6 +7,8 @@
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
+#include <iterator>
+#include <fstream>
 #include <stdexcept>
 #include <thread>
 #include <utility>
@@ -44,6 +46,15 @@ ScopedEnv::~ScopedEnv() {
   } else {
     ::unsetenv(name_.c_str());
   }
+}
+
+void replace_in_file(const std::string& path, const std::string& from, const std::string& to) {
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  const auto at = text.find(from);
+  REQUIRE(at != std::string::npos);
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << text.replace(at, from.size(), to);
 }
 
 namespace {

@@ -42,6 +42,9 @@ class ScopedEnv {
   std::optional<std::string> previous_;
 };
 
+// Replaces the first `from` in the text file at `path` with `to`; REQUIREs that it is there.
+void replace_in_file(const std::string& path, const std::string& from, const std::string& to);
+
 struct ArrayDatasetSpec {
   at::Tensor images;                 // [N, C, H, W] uint8/int16/int32/float32 (written as is)
   bool images_uint16 = false;        // write int32 `images` as uint16 on disk

@@ -1,21 +1,19 @@
 #include "embcache/core/file_hash_memo.hpp"
 
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cstdint>
-#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
-#include <functional>
 #include <nlohmann/json.hpp>
-#include <thread>
 #include <utility>
 
+#include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
 #include "embcache/core/sha256.hpp"
 
 namespace embcache {
@@ -64,25 +62,17 @@ std::optional<std::string> remembered(const std::string& entry, const nlohmann::
   return sha.get<std::string>();
 }
 
-// Through a file of this process and thread, renamed into place: a reader, or a shard on another
-// machine writing the same entry, never sees half of one.
+// Renamed into place (write_text_atomically): a reader, or a shard on another machine writing the
+// same entry, never sees half of one. A memo that cannot be written is passed over.
 void remember(const std::string& directory, const std::string& entry, const nlohmann::json& fields,
               const std::string& sha) {
   std::error_code ec;
   std::filesystem::create_directories(directory, ec);
   if (ec) return;
-  const std::string tmp = entry + "." + std::to_string(::getpid()) + "-" +
-                          std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + ".tmp";
-  {
-    std::ofstream out(tmp);
-    out << nlohmann::json{{"identity", fields}, {"sha256", sha}}.dump() << '\n';
-    out.close();
-    if (!out) {
-      std::remove(tmp.c_str());
-      return;
-    }
+  try {
+    write_text_atomically(entry, nlohmann::json{{"identity", fields}, {"sha256", sha}}.dump() + "\n", "hash memo");
+  } catch (const IoError&) {
   }
-  if (std::rename(tmp.c_str(), entry.c_str()) != 0) std::remove(tmp.c_str());
 }
 
 std::int64_t wall_clock_ns() {

@@ -1,14 +1,21 @@
 #include "embcache/core/files.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <thread>
 
 #include "embcache/core/error.hpp"
 
 namespace embcache {
 
 void write_text_atomically(const std::string& path, const std::string& text, const std::string& what) {
-  const std::string tmp = path + ".tmp";
+  // Named by process and thread: writers of the same path at once (shards sharing a hash memo)
+  // never write into one another's file.
+  const std::string tmp = path + "." + std::to_string(::getpid()) + "-" +
+                          std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + ".tmp";
   {
     std::ofstream out(tmp, std::ios::binary);
     if (!out) throw IoError(what + " " + path + ": cannot write (directory missing or not writable)");
