@@ -30,9 +30,10 @@ kills=0
 cycles=0
 for ((k = 1; k <= KILLS; k++)); do
   # Whether anything was committed before this run: with nothing, a reader that comes before the
-  # run has locked its folder rightly finds no cache at all.
+  # run has locked its folder rightly finds no cache at all. Only a renamed record (seg-N.h5) is a
+  # commit: seg-N.h5.partial is one a kill cut short, which the next run deletes.
   committed=0
-  if [[ -e cache.h5 ]] || compgen -G "cache.h5.runs/*/seg-*" >/dev/null; then committed=1; fi
+  if [[ -e cache.h5 ]] || compgen -G "cache.h5.runs/*/seg-*.h5" >/dev/null; then committed=1; fi
   "$EMBCACHE" precompute "${OPTS[@]}" --out cache.h5 >/dev/null 2>run.err &
   pid=$!
   delay=$(printf "0.%03d" $((150 + RANDOM % 850)))
@@ -52,7 +53,7 @@ for ((k = 1; k <= KILLS; k++)); do
     kills=$((kills + 1))
     wait "$pid" || true
     check_readable || fail "cache unreadable after kill $k (delay $delay)"
-    echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.runs/all/seg-* 2>/dev/null | wc -l) commit records pending"
+    echo "kill $k after ${delay}s: cache readable, $(ls cache.h5.runs/all/seg-*.h5 2>/dev/null | wc -l) commit records pending, $(ls cache.h5.runs/all/seg-*.partial 2>/dev/null | wc -l) cut short"
   else
     # The run finished before the kill: the cycle is complete. Check it, then start over so
     # later kills land mid-run again.
