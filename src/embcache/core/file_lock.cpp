@@ -6,8 +6,10 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstring>
 #include <fstream>
+#include <thread>
 
 #include "embcache/core/error.hpp"
 
@@ -15,16 +17,26 @@ namespace embcache {
 
 FileLock::FileLock(std::string path, const std::string& busy, const std::string& unwritable)
     : path_(std::move(path)) {
-  for (int attempt = 0; attempt < 10; ++attempt) {
-    if (acquire(false, unwritable, nullptr)) return;
-    if (fd_ == -2) {
-      fd_ = -1;
-      std::string pid;
-      std::ifstream(path_) >> pid;
-      throw IoError(busy + " (" + (pid.empty() ? "another process" : "process " + pid) + " holds " + path_ + ")");
+  // A reader's file_lock_is_held holds a shared lock for a few microseconds: a lock found busy is
+  // tried again for a moment (kBusyTries x kBusyPause) before it counts as another owner's.
+  constexpr int kBusyTries = 50;
+  constexpr auto kBusyPause = std::chrono::milliseconds(2);
+  int replaced = 0;
+  int busy_tries = 0;
+  while (!acquire(false, unwritable, nullptr)) {
+    if (fd_ != -2) {
+      if (++replaced == 10) throw IoError("cannot take the lock " + path_ + "; another process keeps replacing it");
+      continue;
     }
+    fd_ = -1;
+    if (++busy_tries < kBusyTries) {
+      std::this_thread::sleep_for(kBusyPause);
+      continue;
+    }
+    std::string pid;
+    std::ifstream(path_) >> pid;
+    throw IoError(busy + " (" + (pid.empty() ? "another process" : "process " + pid) + " holds " + path_ + ")");
   }
-  throw IoError("cannot take the lock " + path_ + "; another process keeps replacing it");
 }
 
 FileLock::FileLock(std::string path, const Wait& wait) : path_(std::move(path)) {

@@ -11,8 +11,9 @@ namespace embcache {
 // blocks the next run; the destructor removes the file.
 class FileLock {
  public:
-  // Throws IoError "<busy> (process PID holds <path>)" when another process holds the lock,
-  // and "cannot create <path>: <reason>; <unwritable>" when the file cannot be created.
+  // Throws IoError "<busy> (process PID holds <path>)" when another process holds the lock (still
+  // held after about 0.1 s: a reader's probe is waited out), and "cannot create <path>: <reason>;
+  // <unwritable>" when the file cannot be created.
   FileLock(std::string path, const std::string& busy, const std::string& unwritable);
   // Waits while another process holds it (the install lock of a cache, held for seconds);
   // `on_wait` runs once, before the first wait, to say so.
