@@ -55,16 +55,29 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
 // with no I/O. A freshly loaded copy: its first calls pay the warm-up (TorchScript profiling and
 // optimisation, allocations) that the pipeline's encoder paid inside the wall time. Returns each
 // call's seconds, and in *team_wait the seconds its threads were runnable without a core.
-std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& plan,
-                                              const embcache::PrecomputeSummary& run, std::vector<double>* team_wait) {
+struct AlonePass {
+  bool optimized = false;
+  std::int64_t batch_size = 0;
+  std::vector<std::int64_t> input_shape;  // [C, H, W] of one crop
+  std::int64_t batches = 0;
+};
+
+// The pass that matches a finished run: its batches, shape and optimisation.
+AlonePass alone_pass_of(const embcache::PrecomputeSummary& run) {
+  return {run.encoder_optimized, run.batch_size, run.input_shape,
+          (run.crops_computed + run.batch_size - 1) / run.batch_size};
+}
+
+std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& plan, const AlonePass& pass,
+                                              std::vector<double>* team_wait) {
   const embcache::EncoderAllocatorScope allocator;  // as inside the run: the comparison must be fair
   embcache::Encoder alone(plan.encoder, plan.device, plan.amp,
-                          run.encoder_optimized ? embcache::Optimization::kRequired : embcache::Optimization::kNone);
+                          pass.optimized ? embcache::Optimization::kRequired : embcache::Optimization::kNone);
   embcache::use_intra_op_threads(plan.threads);
-  std::vector<std::int64_t> shape{run.batch_size};
-  shape.insert(shape.end(), run.input_shape.begin(), run.input_shape.end());
+  std::vector<std::int64_t> shape{pass.batch_size};
+  shape.insert(shape.end(), pass.input_shape.begin(), pass.input_shape.end());
   const at::Tensor batch = at::randn(shape);
-  const std::int64_t batches = (run.crops_computed + run.batch_size - 1) / run.batch_size;
+  const std::int64_t batches = pass.batches;
   std::vector<double> calls;
   for (std::int64_t i = 0; i < batches; ++i) {
     const bench::ThreadTimes before = bench::ThreadTimes::now();
@@ -124,7 +137,17 @@ int main(int argc, char** argv) {
       ->delimiter(',');
   bool serial = false;
   app.add_flag("--serial", serial, "the stages one after another in this thread (no pipeline), for comparison");
+  std::int64_t before_batches = 0;
+  app.add_option("--alone-before-batches", before_batches,
+                 "N: also time the encoder alone before the run, N batches of --warm-up-input's shape (the "
+                 "run's); encoder_only_seconds is then the mean of the passes before and after the run, "
+                 "which cancels a drift of the machine's speed that is linear in time")
+      ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
+  if (before_batches > 0 && warm_up_input.empty()) {
+    std::fprintf(stderr, "bench: --alone-before-batches needs --warm-up-input (the shape of the run's crops)\n");
+    return 2;
+  }
   options.overwrite = true;
   options.quiet = true;
   try {
@@ -137,6 +160,12 @@ int main(int argc, char** argv) {
     const double plain_before = plain_hdf5_write_mb_per_s(options.out + ".plain.h5", plain_mb);
     const embcache::PrecomputePlan plan = embcache::plan_precompute(options);
     if (!warm_up_input.empty()) warm_up_process(plan, warm_up_input);
+    std::vector<double> before_calls, before_team_wait;
+    if (before_batches > 0) {
+      const AlonePass before{embcache::encoder_optimization(plan) == embcache::Optimization::kRequired,
+                             plan.max_batch(), warm_up_input, before_batches};
+      before_calls = encoder_only_call_seconds(plan, before, &before_team_wait);
+    }
     embcache::PrecomputeHooks hooks;
     hooks.serial = serial;
     // Each call's seconds, to tell a uniformly slower round from a few slow calls, and the thread
@@ -163,9 +192,22 @@ int main(int argc, char** argv) {
     }
     const bench::HostLoad alone_load;
     std::vector<double> alone_team_wait;
-    const std::vector<double> alone_calls = encoder_only_call_seconds(plan, summary, &alone_team_wait);
+    const std::vector<double> alone_calls = encoder_only_call_seconds(plan, alone_pass_of(summary), &alone_team_wait);
     j["host_during_encoder_only"] = alone_load.since_start();
-    const double alone = std::accumulate(alone_calls.begin(), alone_calls.end(), 0.0);
+    double alone = std::accumulate(alone_calls.begin(), alone_calls.end(), 0.0);
+    if (!before_calls.empty()) {
+      if (before_batches != alone_pass_of(summary).batches || plan.max_batch() != summary.batch_size) {
+        std::fprintf(stderr, "bench: the pass before the run had %lld batches of %lld, the run %lld of %lld: "
+                     "the mean of the two passes is not the run's work\n", (long long)before_batches,
+                     (long long)plan.max_batch(), (long long)alone_pass_of(summary).batches, (long long)summary.batch_size);
+      }
+      const double before = std::accumulate(before_calls.begin(), before_calls.end(), 0.0);
+      j["encoder_only_before_seconds"] = before;
+      j["encoder_only_after_seconds"] = alone;
+      j["encoder_only_before_call_seconds"] = before_calls;
+      j["encoder_only_before_call_team_wait_seconds"] = before_team_wait;
+      alone = 0.5 * (before + alone);
+    }
     const std::size_t first_two = std::min<std::size_t>(2, alone_calls.size());
     const double first_calls = std::accumulate(alone_calls.begin(), alone_calls.begin() + first_two, 0.0);
     j["encoder_call_seconds"] = run_calls;

@@ -30,12 +30,17 @@
 # what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
 # outside interference, then each round's encoder calls: slow calls in the run and alone, and
 # whether the encoder's threads waited for a core in them (bench/thread_times.hpp).
+#   BRACKET=1      times the encoder alone before each run as well as after it, and takes the
+#                  mean of the two as encoder-only: a drift of the machine's speed that is linear
+#                  in time then cancels out of enc/only and wall/only (about 3 minutes more; the
+#                  run is then the third copy of the encoder in its process, not the second)
 #   OPTIMIZED=1    adds the same run with --optimize (frozen and optimised for inference): its
 #                  encoder-only, encoder_seconds and wall, and the difference from the plain
 #                  encoder that the run measured (max over outputs of max |optimised - plain| /
 #                  max |plain|)
 # Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; OPTIMIZED=1
-# adds the --optimize runs (about 6 minutes more); FORWARD_LOOP=1 and PEER_HUGE_PAGES=0 (above);
+# adds the --optimize runs (about 6 minutes more); BRACKET=1, FORWARD_LOOP=1 and PEER_HUGE_PAGES=0
+# (above);
 # rows: by default, each model's rows take its encoder about RUN_SECONDS (10) at THREADS threads
 # on DEVICE, as export_torchvision.py times a few batches of the module precompute runs (the
 # short end of the issue's 10-30 s; on the 2-core build VM 5 rounds took 12.3 minutes on
@@ -96,14 +101,16 @@ echo "precompute's encoder hash memo: $EMBCACHE_HASH_MEMO"
 echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLES=$PEER_TUNABLES)}; transparent_hugepage/enabled: $(cat /sys/kernel/mm/transparent_hugepage/enabled 2>/dev/null || echo absent)"
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do
-    read -r name enc data size _ <<<"$m"
+    read -r name enc data size count _ <<<"$m"
+    bracket=()
+    [[ ${BRACKET:-0} == 1 ]] && bracket=(--alone-before-batches $(((count + 63) / 64)))
     sync
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-      --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" ${EXTRA:-} >"$WORK/$name-run-$round.json"
+      --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" "${bracket[@]}" ${EXTRA:-} >"$WORK/$name-run-$round.json"
     rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     if ((OPTIMIZED)); then
       "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
-        --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --optimize ${EXTRA:-} >"$WORK/$name-opt-$round.json"
+        --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --optimize "${bracket[@]}" ${EXTRA:-} >"$WORK/$name-opt-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
     GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads "$THREADS" --device "$DEVICE" --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
@@ -155,6 +162,15 @@ for m in models:
                  f"{run['encoder_only_seconds']:6.2f} {host(run.get('host_during_encoder_only'))}",
                  f"{py['seconds']:6.2f} {host(py.get('host'))}"]
         print(f"{m:14} {r:5}  " + "  ".join(f"{c:>45}" for c in cells))
+if any("encoder_only_before_seconds" in json.load(open(f"{work}/{m}-run-1.json")) for m in models):
+    print()
+    print("BRACKET=1: the encoder alone before and after each run; encoder-only above is their mean")
+    print(f"{'model':14} {'round':>5}  {'before':>7} {'in run':>7} {'after':>7}  {'run/before':>10} {'run/after':>9} {'run/mean':>8}")
+    for m in models:
+        for r in range(1, repeats + 1):
+            run = json.load(open(f"{work}/{m}-run-{r}.json"))
+            b, a, e = run["encoder_only_before_seconds"], run["encoder_only_after_seconds"], run["encoder_seconds"]
+            print(f"{m:14} {r:5}  {b:7.2f} {e:7.2f} {a:7.2f}  {e / b:10.3f} {e / a:9.3f} {e / (0.5 * (a + b)):8.3f}")
 print()
 print("per round, the encoder's calls after its first two (bench_precompute: encoder_call_seconds,")
 print("thread_times.hpp): median ms in the run and alone; slow calls, over 1.3x the median alone; and in")
