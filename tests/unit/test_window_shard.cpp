@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
 #include <map>
 
 #include "embcache/core/error.hpp"
 #include "embcache/dataset/window_shard.hpp"
+#include "test_support.hpp"
 
 using namespace embcache;
 
@@ -91,21 +91,25 @@ TEST_CASE("--shard I/N and slurm: parsed once, each error one line naming --shar
       CHECK(e.option() == "shard");
     }
   }
-  ::setenv("SLURM_ARRAY_TASK_ID", "12", 1);
-  ::setenv("SLURM_ARRAY_TASK_MIN", "10", 1);
-  ::setenv("SLURM_ARRAY_TASK_COUNT", "4", 1);
-  CHECK(parse_shard("slurm") == ShardSpec{2, 4});
-  ::setenv("SLURM_ARRAY_TASK_ID", "15", 1);
-  CHECK_THROWS_AS(parse_shard("slurm"), UsageError);
-  ::unsetenv("SLURM_ARRAY_TASK_ID");
-  try {
-    parse_shard("slurm");
-    FAIL("accepted");
-  } catch (const UsageError& e) {
-    CHECK(std::string(e.what()).find("SLURM_ARRAY_TASK_ID is not set") != std::string::npos);
+  {
+    // Put back as they were afterwards, even when a check fails or the tests run in an array job.
+    const testing::ScopedEnv min("SLURM_ARRAY_TASK_MIN", "10"), count("SLURM_ARRAY_TASK_COUNT", "4");
+    {
+      const testing::ScopedEnv id("SLURM_ARRAY_TASK_ID", "12");
+      CHECK(parse_shard("slurm") == ShardSpec{2, 4});
+    }
+    {
+      const testing::ScopedEnv id("SLURM_ARRAY_TASK_ID", "15");
+      CHECK_THROWS_AS(parse_shard("slurm"), UsageError);
+    }
+    const testing::ScopedEnv id("SLURM_ARRAY_TASK_ID", std::nullopt);
+    try {
+      parse_shard("slurm");
+      FAIL("accepted");
+    } catch (const UsageError& e) {
+      CHECK(std::string(e.what()).find("SLURM_ARRAY_TASK_ID is not set") != std::string::npos);
+    }
   }
-  ::unsetenv("SLURM_ARRAY_TASK_MIN");
-  ::unsetenv("SLURM_ARRAY_TASK_COUNT");
   CHECK(shard_from_text("1/3") == ShardSpec{1, 3});
   CHECK(shard_from_text("junk").whole());
 }
