@@ -71,6 +71,9 @@ TEST_CASE("the file hash memo hashes again when the file changes, even at the sa
   REQUIRE(after.st_mtim.tv_sec == before.st_mtim.tv_sec);
   // The status-change time moved (the kernel sets it; nothing sets it back): the file is hashed.
   REQUIRE(memo.sha256_hex(file) == sha256_hex(std::string(4096, 'b')));
+  // Its entry replaced the old one: one entry per path, however often the file is rewritten.
+  REQUIRE(entries(memo_dir).size() == 1);
+  REQUIRE(memo.sha256_hex(file) == sha256_hex(std::string(4096, 'b')));
 }
 
 TEST_CASE("the file hash memo remembers nothing for a file changed within the settle time") {

@@ -106,7 +106,10 @@ std::string FileHashMemo::sha256_hex(const std::string& path) const {
   const std::int64_t started_ns = wall_clock_ns();
   const std::optional<Identity> before = identity_of(path);
   if (!before) return sha256_file_hex(path);  // not a readable regular file: its error, as without a memo
-  const std::string entry = *directory_ + "/" + embcache::sha256_hex(before->fields.dump()).substr(0, 32) + ".json";
+  // One entry per resolved path: a file rewritten in place replaces its old entry, so the memo
+  // holds one small file per encoder path ever hashed, not one per version of it.
+  const std::string resolved = before->fields["path"].get<std::string>();
+  const std::string entry = *directory_ + "/" + embcache::sha256_hex(resolved).substr(0, 32) + ".json";
   if (std::optional<std::string> sha = remembered(entry, before->fields)) return *sha;
   std::string sha = sha256_file_hex(path);
   const std::optional<Identity> after = identity_of(path);
