@@ -51,10 +51,7 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
   return double(megabytes) * 1.048576 / seconds;
 }
 
-// The same number of batches of the same shape as the run encoded, through the encoder alone,
-// with no I/O. A freshly loaded copy: its first calls pay the warm-up (TorchScript profiling and
-// optimisation, allocations) that the pipeline's encoder paid inside the wall time. Returns each
-// call's seconds, and in *team_wait the seconds its threads were runnable without a core.
+// What an encoder-only pass runs: the batches and their shape, and whether optimised.
 struct AlonePass {
   bool optimized = false;
   std::int64_t batch_size = 0;
@@ -68,6 +65,11 @@ AlonePass alone_pass_of(const embcache::PrecomputeSummary& run) {
           (run.crops_computed + run.batch_size - 1) / run.batch_size};
 }
 
+// The pass's batches through the encoder alone, with no I/O (after the run: the same number of
+// batches of the same shape as it encoded). A freshly loaded copy: its first calls pay the warm-up
+// (TorchScript profiling and optimisation, allocations) that the pipeline's encoder paid inside
+// the wall time. Returns each call's seconds, and in *team_wait the seconds its threads were
+// runnable without a core.
 std::vector<double> encoder_only_call_seconds(const embcache::PrecomputePlan& plan, const AlonePass& pass,
                                               std::vector<double>* team_wait) {
   const embcache::EncoderAllocatorScope allocator;  // as inside the run: the comparison must be fair
