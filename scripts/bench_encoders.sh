@@ -33,7 +33,9 @@
 #   BRACKET=1      times the encoder alone before each run as well as after it, and takes the
 #                  mean of the two as encoder-only: a drift of the machine's speed that is linear
 #                  in time then cancels out of enc/only and wall/only (about 3 minutes more; the
-#                  run is then the third copy of the encoder in its process, not the second)
+#                  run is then the third copy of the encoder in its process, not the second). A
+#                  diagnostic: the pass before ran 2-7% slower than the pass after for every
+#                  model (docs/precompute.md), so the mean flatters the run by 1-4%
 #   OPTIMIZED=1    adds the same run with --optimize (frozen and optimised for inference): its
 #                  encoder-only, encoder_seconds and wall, and the difference from the plain
 #                  encoder that the run measured (max over outputs of max |optimised - plain| /
