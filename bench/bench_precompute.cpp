@@ -194,14 +194,15 @@ int main(int argc, char** argv) {
     }
     const bench::HostLoad alone_load;
     std::vector<double> alone_team_wait;
-    const std::vector<double> alone_calls = encoder_only_call_seconds(plan, alone_pass_of(summary), &alone_team_wait);
+    const AlonePass after = alone_pass_of(summary);
+    const std::vector<double> alone_calls = encoder_only_call_seconds(plan, after, &alone_team_wait);
     j["host_during_encoder_only"] = alone_load.since_start();
     double alone = std::accumulate(alone_calls.begin(), alone_calls.end(), 0.0);
     if (!before_calls.empty()) {
-      if (before_batches != alone_pass_of(summary).batches || plan.max_batch() != summary.batch_size) {
+      if (before_batches != after.batches || plan.max_batch() != after.batch_size) {
         std::fprintf(stderr, "bench: the pass before the run had %lld batches of %lld, the run %lld of %lld: "
                      "the mean of the two passes is not the run's work\n", (long long)before_batches,
-                     (long long)plan.max_batch(), (long long)alone_pass_of(summary).batches, (long long)summary.batch_size);
+                     (long long)plan.max_batch(), (long long)after.batches, (long long)after.batch_size);
       }
       const double before = std::accumulate(before_calls.begin(), before_calls.end(), 0.0);
       j["encoder_only_before_seconds"] = before;

@@ -31,6 +31,14 @@ std::optional<std::string> refusal(const std::string& path) {
   }
 }
 
+// A descriptor of `path` holding a shared flock, as file_lock_is_held takes one.
+int take_shared_lock(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
+  REQUIRE(fd >= 0);
+  REQUIRE(::flock(fd, LOCK_SH | LOCK_NB) == 0);
+  return fd;
+}
+
 }  // namespace
 
 TEST_CASE("a lock its owner holds is refused, and is free once the owner lets go") {
@@ -55,9 +63,7 @@ TEST_CASE("a reader probing the lock does not make a starting writer fail") {
   // 30 ms, far longer than a real probe's.
   testing::TempDir dir;
   const std::string path = dir.file("owner.lock");
-  const int probe = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  REQUIRE(probe >= 0);
-  REQUIRE(::flock(probe, LOCK_SH | LOCK_NB) == 0);
+  const int probe = take_shared_lock(path);
   std::thread release([probe] {
     std::this_thread::sleep_for(std::chrono::milliseconds(30));
     ::close(probe);
@@ -70,9 +76,7 @@ TEST_CASE("a reader probing the lock does not make a starting writer fail") {
 TEST_CASE("a shared lock that stays is refused like an owner's") {
   testing::TempDir dir;
   const std::string path = dir.file("owner.lock");
-  const int holder = ::open(path.c_str(), O_CREAT | O_RDWR | O_CLOEXEC, 0644);
-  REQUIRE(holder >= 0);
-  REQUIRE(::flock(holder, LOCK_SH | LOCK_NB) == 0);
+  const int holder = take_shared_lock(path);
   const auto started = std::chrono::steady_clock::now();
   const auto why = refusal(path);
   const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
