@@ -4,6 +4,8 @@
 
 #include <csignal>
 
+#include "embcache/core/sanitizer_tensor_pool.hpp"
+
 namespace embcache {
 
 void tune_process() {
@@ -12,6 +14,7 @@ void tune_process() {
   // exit are discarded segments, so the handler is not needed.
   H5dont_atexit();
   std::signal(SIGXFSZ, SIG_IGN);
+  install_sanitizer_tensor_pool();
 }
 
 }  // namespace embcache
