@@ -3,8 +3,10 @@
 #include <fcntl.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <string>
 
 #include "embcache/core/error.hpp"
@@ -28,6 +30,11 @@ std::vector<fs::path> entries(const std::string& directory) {
   if (!fs::exists(directory)) return found;
   for (const auto& e : fs::directory_iterator(directory)) found.push_back(e.path());
   return found;
+}
+
+std::string read_text(const fs::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
 }
 
 const std::string kOtherSha(64, 'a');
@@ -109,6 +116,44 @@ TEST_CASE("the file hash memo passes over entries it cannot use, and a memo it c
   // No memo at all, and a file that cannot be read: the same InputError as without a memo.
   REQUIRE(FileHashMemo(std::nullopt).sha256_hex(file) == sha);
   REQUIRE_THROWS_AS(memo.sha256_hex(dir.file("missing.pt")), InputError);
+}
+
+TEST_CASE("writing a memo entry removes those of files that are gone and those named before one entry per path") {
+  testing::TempDir dir;
+  const std::string memo_dir = dir.file("memo");
+  const FileHashMemo memo(memo_dir, 0);
+  for (const char* name : {"a.pt", "b.pt"}) {
+    write_file(dir.file(name), name);
+    REQUIRE(memo.sha256_hex(dir.file(name)) == sha256_hex(name));
+  }
+  REQUIRE(entries(memo_dir).size() == 2);
+  // b.pt's entry as it was named before (by the whole identity), another program's file, a
+  // rename's temporary file, and an entry that does not parse: only the first is the memo's to drop.
+  fs::path b_entry;
+  for (const fs::path& e : entries(memo_dir)) {
+    if (read_text(e).find("b.pt") != std::string::npos) b_entry = e;
+  }
+  REQUIRE_FALSE(b_entry.empty());
+  fs::copy_file(b_entry, memo_dir + "/0123456789abcdef0123456789abcdef.json");
+  write_file(memo_dir + "/notes.txt", "kept");
+  write_file(memo_dir + "/x.json.1234-5.tmp", "kept");
+  write_file(memo_dir + "/broken.json", "{");
+  fs::remove(dir.file("a.pt"));
+  write_file(dir.file("c.pt"), "c.pt");
+  REQUIRE(memo.sha256_hex(dir.file("c.pt")) == sha256_hex("c.pt"));
+  std::vector<std::string> names;
+  for (const fs::path& e : entries(memo_dir)) names.push_back(e.filename().string());
+  std::sort(names.begin(), names.end());
+  CAPTURE(names.size());
+  REQUIRE(names.size() == 5);  // b.pt's and c.pt's entries, and the three files that are not entries
+  CHECK(std::count(names.begin(), names.end(), b_entry.filename().string()) == 1);
+  CHECK(std::count(names.begin(), names.end(), "0123456789abcdef0123456789abcdef.json") == 0);
+  CHECK(std::count(names.begin(), names.end(), "notes.txt") == 1);
+  CHECK(std::count(names.begin(), names.end(), "broken.json") == 1);
+  CHECK(std::count(names.begin(), names.end(), "x.json.1234-5.tmp") == 1);
+  // b.pt is still read from the memo.
+  testing::replace_in_file(b_entry.string(), sha256_hex("b.pt"), kOtherSha);
+  CHECK(memo.sha256_hex(dir.file("b.pt")) == kOtherSha);
 }
 
 TEST_CASE("the file hash memo's directory comes from EMBCACHE_HASH_MEMO, else the user's cache directory") {

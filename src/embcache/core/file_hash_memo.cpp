@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
 #include <cstdlib>
@@ -62,6 +63,40 @@ std::optional<std::string> remembered(const std::string& entry, const nlohmann::
   return sha.get<std::string>();
 }
 
+// One entry per resolved path: a file rewritten in place replaces its old entry.
+std::string entry_name(const std::string& resolved_path) {
+  return embcache::sha256_hex(resolved_path).substr(0, 32) + ".json";
+}
+
+// Whether nothing is at the path on this machine (not: it could not be looked at).
+bool is_gone(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) != 0 && (errno == ENOENT || errno == ENOTDIR);
+}
+
+// Entries that are never read again: those of files that are gone, and those named by the whole
+// identity (before one entry per path). Files that are not entries (another program's, a
+// rename's temporary) are left alone. Swept when an entry is written, which is rare (a file hashed
+// anew), so reading every entry then costs little; the memo stays one entry per existing path.
+void sweep(const std::string& directory) {
+  namespace fs = std::filesystem;
+  std::error_code ec;
+  for (fs::directory_iterator it(directory, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path entry = it->path();
+    if (entry.extension() != ".json") continue;
+    std::ifstream in(entry);
+    const nlohmann::json j = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (!j.is_object() || !j.contains("identity") || !j["identity"].is_object()) continue;
+    const nlohmann::json& path = j["identity"].value("path", nlohmann::json());
+    if (!path.is_string()) continue;
+    const std::string resolved = path.get<std::string>();
+    if (entry.filename() != entry_name(resolved) || is_gone(resolved)) {
+      std::error_code ignored;  // another process may have swept it first
+      fs::remove(entry, ignored);
+    }
+  }
+}
+
 // Renamed into place (write_text_atomically): a reader, or a shard on another machine writing the
 // same entry, never sees half of one. A memo that cannot be written is passed over.
 void remember(const std::string& directory, const std::string& entry, const nlohmann::json& fields,
@@ -72,7 +107,9 @@ void remember(const std::string& directory, const std::string& entry, const nloh
   try {
     write_text_atomically(entry, nlohmann::json{{"identity", fields}, {"sha256", sha}}.dump() + "\n", "hash memo");
   } catch (const IoError&) {
+    return;
   }
+  sweep(directory);
 }
 
 std::int64_t wall_clock_ns() {
@@ -106,10 +143,7 @@ std::string FileHashMemo::sha256_hex(const std::string& path) const {
   const std::int64_t started_ns = wall_clock_ns();
   const std::optional<Identity> before = identity_of(path);
   if (!before) return sha256_file_hex(path);  // not a readable regular file: its error, as without a memo
-  // One entry per resolved path: a file rewritten in place replaces its old entry, so the memo
-  // holds one small file per encoder path ever hashed, not one per version of it.
-  const std::string resolved = before->fields["path"].get<std::string>();
-  const std::string entry = *directory_ + "/" + embcache::sha256_hex(resolved).substr(0, 32) + ".json";
+  const std::string entry = *directory_ + "/" + entry_name(before->fields["path"].get<std::string>());
   if (std::optional<std::string> sha = remembered(entry, before->fields)) return *sha;
   std::string sha = sha256_file_hex(path);
   const std::optional<Identity> after = identity_of(path);

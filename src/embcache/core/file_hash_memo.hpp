@@ -25,9 +25,10 @@ class FileHashMemo {
   static FileHashMemo from_environment();
 
   // The file's SHA-256 (hex), from the memo when its identity matches the one remembered for its
-  // resolved path, else read and remembered (replacing that path's entry). The memo is only a
-  // shortcut: an entry that cannot be read, parsed or written is passed over. Throws InputError
-  // naming the path when the file cannot be read.
+  // resolved path, else read and remembered (replacing that path's entry; writing an entry also
+  // removes those of files no longer on this machine, so the memo keeps one entry per existing
+  // path). The memo is only a shortcut: an entry that cannot be read, parsed or written is
+  // passed over. Throws InputError naming the path when the file cannot be read.
   std::string sha256_hex(const std::string& path) const;
 
   const std::optional<std::string>& directory() const { return directory_; }
