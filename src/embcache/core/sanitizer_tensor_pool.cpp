@@ -93,24 +93,26 @@ class Pool {
   char* take_kept(std::size_t bytes) {
     std::lock_guard<std::mutex> lock(mutex_);
     const auto kept = kept_.find(bytes);
-    if (kept == kept_.end()) return nullptr;
-    char* block = kept->second.front();
-    kept->second.pop_front();
-    if (kept->second.empty()) kept_.erase(kept);
-    kept_bytes_ -= bytes;
-    return block;
+    return kept == kept_.end() ? nullptr : pop_oldest(kept);
   }
 
   // Requires mutex_ held and a block kept.
   void release_largest_oldest() {
     const auto largest = std::prev(kept_.end());
     const std::size_t bytes = largest->first;
-    char* block = largest->second.front();
-    largest->second.pop_front();
-    if (largest->second.empty()) kept_.erase(largest);
-    kept_bytes_ -= bytes;
+    char* block = pop_oldest(largest);
     ASAN_UNPOISON_MEMORY_REGION(block, bytes);
     std::free(block);
+  }
+
+  // The oldest block of one size, no longer kept. Requires mutex_ held.
+  char* pop_oldest(std::map<std::size_t, std::deque<char*>>::iterator kept) {
+    const std::size_t bytes = kept->first;
+    char* block = kept->second.front();
+    kept->second.pop_front();
+    if (kept->second.empty()) kept_.erase(kept);
+    kept_bytes_ -= bytes;
+    return block;
   }
 
   std::mutex mutex_;
