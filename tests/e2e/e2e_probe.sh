@@ -250,6 +250,9 @@ expect_error 3 "no rows in split 'holdout'" "$EMBCACHE" train-probe --cache fm.h
 expect_error 2 "'train' is also the --train-split" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-split train
 expect_error 2 "never reach --lr" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --epochs 2 --warmup-epochs 2
 expect_error 2 "--val-fraction: expected a fraction in \\[0, 1), got 1.5$" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --val-fraction 1.5
+# The options are checked before any cache is opened: no cache file is needed to hear of them.
+expect_error 2 "--val-fraction: expected a fraction in \\[0, 1), got -0.1$" "$EMBCACHE" train-probe --cache absent.h5 --out bad --task classification --levels 1 --val-fraction -0.1
+expect_error 2 "'val' is also the --train-split" "$EMBCACHE" train-probe --cache absent.h5 --out bad --task classification --levels 1 --train-split val
 expect_error 2 "streaming needs about .* raise the budget to [0-9.]* MiB (the features then stay in memory)" \
   "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head conv --levels 0 --batch-size 2048 --host-memory-budget 20M
 expect_error 2 "--lr: 0.001 is listed twice" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --lr 1e-3,0.01,0.001

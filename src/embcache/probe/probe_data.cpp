@@ -98,22 +98,10 @@ void check_caches_for_task(const std::vector<std::unique_ptr<CacheReader>>& cach
 
 ProbeData::~ProbeData() = default;
 
-ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_keys) : task_(task) {
-  if (options.caches.empty()) throw UsageError(OptionName{"cache"}, "at least one cache is needed");
-  for (const auto& path : options.caches) {
-    caches_.push_back(std::make_unique<CacheReader>(path));
-    if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
-      warnings_.push_back(std::move(shortfall) + " (training on the " + std::to_string(caches_.back()->rows()) +
-                          " rows it has)");
-    }
-  }
-  check_caches_for_task(caches_, task);
-  const CacheReader& first = *caches_.front();
-  const LabelKinds& labels = first.label_kinds();
-  pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
+namespace {
 
-  // Splits. Each has one role: a row may train, pick, or be reported on, never two of these.
-  const std::string names[3] = {options.train_split, options.val_split, options.test_split};
+// Each split has one role: a row may train, pick, or be reported on, never two of these.
+void check_split_roles(const std::string (&names)[3]) {
   if (names[1] == names[0]) {
     throw UsageError(OptionName{"val-split"}, "'" + names[1] + "' is also the --train-split; the epoch and the combination "
                      "must be picked on rows the heads did not train on: name another split, or carve one "
@@ -125,80 +113,120 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_ke
                      "; test metrics must come from rows that neither trained nor picked the heads: name "
                      "another split (or leave --test-split out if the caches have no 'test')");
   }
-  std::map<std::string, std::int64_t> counts;
+}
+
+std::string describe_crop(const std::string& group, const std::string& window, const std::int64_t* bounds) {
+  return group + "/" + window + " [" + std::to_string(bounds[0]) + ", " + std::to_string(bounds[1]) + ", " +
+         std::to_string(bounds[2]) + ", " + std::to_string(bounds[3]) + "]";
+}
+
+}  // namespace
+
+ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_keys) : task_(task) {
+  // The options first: a mistake in them is reported before any cache is read.
+  if (options.caches.empty()) throw UsageError(OptionName{"cache"}, "at least one cache is needed");
+  if (options.val_fraction < 0 || options.val_fraction >= 1) {
+    throw UsageError(OptionName{"val-fraction"}, "expected a fraction in [0, 1), got " + format_number(options.val_fraction));
+  }
+  const std::string names[3] = {options.train_split, options.val_split, options.test_split};
+  check_split_roles(names);
+
+  open_caches(options.caches);
+  check_caches_for_task(caches_, task);
+  const CacheReader& first = *caches_.front();
+  const LabelKinds& labels = first.label_kinds();
+  pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
   for (int s = 0; s < 3; ++s) {
     splits_[s].name = names[s];
     splits_[s].rows.resize(caches_.size());
   }
+  std::map<std::string, std::int64_t> counts;  // rows per split name, in every cache
+  const bool several = caches_.size() > 1;
+  std::unordered_map<std::uint64_t, std::size_t> key_cache;  // with several caches: each crop's cache
+  for (std::size_t c = 0; c < caches_.size(); ++c) {
+    assign_rows(c, options.val_fraction, window_keys, counts, several ? &key_cache : nullptr);
+  }
+  check_rows_found(options, counts);
+  mask_shape_ = pixel_values_ ? first.pixel_value_shape() : first.mask_shape();
+  ignore_index_ = options.ignore_index != -1000000 ? options.ignore_index : labels.ignore_index;
+  load_targets(options);
+}
+
+void ProbeData::open_caches(const std::vector<std::string>& paths) {
+  for (const auto& path : paths) {
+    caches_.push_back(std::make_unique<CacheReader>(path));
+    if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
+      warnings_.push_back(std::move(shortfall) + " (training on the " + std::to_string(caches_.back()->rows()) +
+                          " rows it has)");
+    }
+  }
+}
+
+void ProbeData::assign_rows(std::size_t c, double val_fraction, bool window_keys, std::map<std::string, std::int64_t>& counts,
+                            std::unordered_map<std::uint64_t, std::size_t>* key_cache) {
   // The index columns are read in blocks of rows: memory stays bounded however large the cache.
   constexpr std::int64_t kIndexBlock = 1 << 16;
-  // Crops trained on together must be distinct: a key in two caches (the same cache given twice,
-  // or one dataset cached twice) would count its rows twice, in the metrics too. One 64-bit
-  // hash per row, only when there are several caches.
-  const bool several = caches_.size() > 1;
-  std::unordered_map<std::uint64_t, std::size_t> key_cache;
-  for (std::size_t c = 0; c < caches_.size(); ++c) {
-    const CacheReader& cache = *caches_[c];
-    for (std::int64_t start = 0; start < cache.rows(); start += kIndexBlock) {
-      const hsize_t n = hsize_t(std::min(kIndexBlock, cache.rows() - start));
-      const bool keys = options.val_fraction > 0 || several || window_keys;
-      CacheIndex block = cache.read_index(start, std::int64_t(n), {keys, true, false});
-      const std::vector<std::string>& split_names = block.splits;
-      const std::vector<std::string>& groups = block.groups;
-      const std::vector<std::string>& windows = block.windows;
-      const std::vector<std::int64_t>& bounds = block.bounds;
-      if (several) {
-        for (std::size_t i = 0; i < n; ++i) {
-          const auto [it, fresh] = key_cache.try_emplace(crop_key_hash(groups[i], windows[i], &bounds[4 * i]), c);
-          if (fresh || it->second == c) continue;  // within one cache keys are unique
-          throw InputError("--cache " + cache.path() + ": the crop " + groups[i] + "/" + windows[i] + " [" +
-                           std::to_string(bounds[4 * i]) + ", " + std::to_string(bounds[4 * i + 1]) + ", " +
-                           std::to_string(bounds[4 * i + 2]) + ", " + std::to_string(bounds[4 * i + 3]) +
-                           "] is also in " + caches_[it->second]->path() + "; caches trained on together must "
-                           "hold different crops (is one cache given twice?)");
-        }
+  const CacheReader& cache = *caches_[c];
+  const bool keys = val_fraction > 0 || key_cache != nullptr || window_keys;
+  for (std::int64_t start = 0; start < cache.rows(); start += kIndexBlock) {
+    const std::int64_t n = std::min(kIndexBlock, cache.rows() - start);
+    const CacheIndex block = cache.read_index(start, n, {keys, true, false});
+    if (key_cache) check_distinct_crops(c, block, *key_cache);
+    for (std::size_t i = 0; i < block.splits.size(); ++i) {
+      const std::string& split = block.splits[i];
+      ++counts[split];
+      const int s = split == splits_[0].name ? 0 : split == splits_[1].name ? 1 : split == splits_[2].name ? 2 : -1;
+      if (s < 0) continue;
+      const std::int64_t r = start + std::int64_t(i);
+      if (s != 0) {
+        splits_[s].rows[c].push_back(r);
+        continue;
       }
-      for (std::size_t i = 0; i < split_names.size(); ++i) {
-        const std::int64_t r = start + std::int64_t(i);
-        ++counts[split_names[i]];
-        for (int s = 0; s < 3; ++s) {
-          if (split_names[i] != names[s]) continue;
-          if (s == 0 && options.val_fraction > 0 &&
-              double(window_hash(groups[i], windows[i]) % 1000000) < options.val_fraction * 1e6) {
-            splits_[1].rows[c].push_back(r);
-          } else {
-            splits_[s].rows[c].push_back(r);
-            if (s == 0 && window_keys) train_windows_.push_back(window_hash(groups[i], windows[i]));
-          }
-          break;
-        }
+      const std::uint64_t window = val_fraction > 0 || window_keys ? window_hash(block.groups[i], block.windows[i]) : 0;
+      if (val_fraction > 0 && double(window % 1000000) < val_fraction * 1e6) {
+        splits_[1].rows[c].push_back(r);
+      } else {
+        splits_[0].rows[c].push_back(r);
+        if (window_keys) train_windows_.push_back(window);
       }
     }
   }
-  if (options.val_fraction < 0 || options.val_fraction >= 1) {
-    throw UsageError(OptionName{"val-fraction"}, "expected a fraction in [0, 1), got " + format_number(options.val_fraction));
+}
+
+void ProbeData::check_distinct_crops(std::size_t c, const CacheIndex& block,
+                                     std::unordered_map<std::uint64_t, std::size_t>& key_cache) const {
+  // Crops trained on together must be distinct: a key in two caches (the same cache given twice,
+  // or one dataset cached twice) would count its rows twice, in the metrics too. Within one cache
+  // keys are unique.
+  for (std::size_t i = 0; i < block.windows.size(); ++i) {
+    const std::int64_t* bounds = &block.bounds[4 * i];
+    const auto [it, fresh] = key_cache.try_emplace(crop_key_hash(block.groups[i], block.windows[i], bounds), c);
+    if (fresh || it->second == c) continue;
+    throw InputError("--cache " + caches_[c]->path() + ": the crop " + describe_crop(block.groups[i], block.windows[i], bounds) +
+                     " is also in " + caches_[it->second]->path() + "; caches trained on together must "
+                     "hold different crops (is one cache given twice?)");
   }
+}
+
+void ProbeData::check_rows_found(const ProbeOptions& options, const std::map<std::string, std::int64_t>& counts) const {
   if (options.val_fraction > 0 && counts.count(options.val_split)) {
     throw UsageError(OptionName{"val-fraction"}, "the caches already have a '" + options.val_split +
                      "' split; drop --val-fraction, or name another --val-split to carve into");
   }
   if (train().size() == 0) {
-    throw InputError("--train-split: no rows in split '" + names[0] + "'; the caches' splits are: " +
+    throw InputError("--train-split: no rows in split '" + train().name + "'; the caches' splits are: " +
                      split_counts_text(counts));
   }
   if (val().size() == 0) {
-    throw InputError("--val-split: no rows in split '" + names[1] + "' (the caches' splits are: " +
+    throw InputError("--val-split: no rows in split '" + val().name + "' (the caches' splits are: " +
                      split_counts_text(counts) + "); name one with --val-split, or carve one from "
                      "train with --val-fraction 0.1");
   }
   // The default test split may be absent (the run reports no test metrics); a named one may not.
-  if (test().size() == 0 && names[2] != ProbeOptions().test_split) {
-    throw InputError("--test-split: no rows in split '" + names[2] + "' (the caches' splits are: " +
+  if (test().size() == 0 && test().name != ProbeOptions().test_split) {
+    throw InputError("--test-split: no rows in split '" + test().name + "' (the caches' splits are: " +
                      split_counts_text(counts) + "); name one of them, or leave --test-split out");
   }
-  mask_shape_ = pixel_values_ ? first.pixel_value_shape() : first.mask_shape();
-  ignore_index_ = options.ignore_index != -1000000 ? options.ignore_index : labels.ignore_index;
-  load_targets(options);
 }
 
 at::Tensor ProbeData::gather_targets(const SplitRows& split, const std::vector<at::Tensor>& per_cache) const {
