@@ -86,56 +86,36 @@ TokenGrid token_grid(const std::string& output, std::int64_t tokens, std::int64_
                    "--prefix-tokens K to settle it");
 }
 
-LevelLayout::LevelLayout(const EncoderOutput& first, const at::Tensor& input, const LayoutOptions& options)
-    : keep_prefix_(options.keep_prefix_tokens) {
-  const std::int64_t h = input.size(-2), w = input.size(-1);
-  const std::int64_t time_steps = input.dim() == 5 ? input.size(1) : 0;
+namespace {
+
+// UsageError for a layout option that names an output the encoder does not return.
+void check_options_name_outputs(const std::vector<std::string>& outputs, const LayoutOptions& options) {
   auto check_named = [&](const std::vector<std::string>& names, const char* option) {
     for (const auto& n : names) {
-      if (n.empty() || listed(first.names, n)) continue;
+      if (n.empty() || listed(outputs, n)) continue;
       std::string available;
-      for (const auto& o : first.names) available += (available.empty() ? "" : ",") + o;
+      for (const auto& o : outputs) available += (available.empty() ? "" : ",") + o;
       throw UsageError(OptionName{option}, "the encoder has no output \"" + n + "\"; it returns " + available);
     }
   };
+  auto keys_of = [](const std::map<std::string, std::int64_t>& values) {
+    std::vector<std::string> keys;
+    for (const auto& [k, v] : values) keys.push_back(k);
+    return keys;
+  };
   check_named(options.channels_last, "channels-last");
   check_named(options.temporal_tokens, "temporal-tokens");
-  std::vector<std::string> keys;
-  for (const auto& [k, v] : options.patch_size) keys.push_back(k);
-  check_named(keys, "patch-size");
-  keys.clear();
-  for (const auto& [k, v] : options.prefix_tokens) keys.push_back(k);
-  check_named(keys, "prefix-tokens");
+  check_named(keys_of(options.patch_size), "patch-size");
+  check_named(keys_of(options.prefix_tokens), "prefix-tokens");
+}
 
+}  // namespace
+
+LevelLayout::LevelLayout(const EncoderOutput& first, const at::Tensor& input, const LayoutOptions& options)
+    : keep_prefix_(options.keep_prefix_tokens) {
+  check_options_name_outputs(first.names, options);
   for (std::size_t i = 0; i < first.levels.size(); ++i) {
-    const at::Tensor& t = first.levels[i];
-    Output o;
-    o.name = first.names[i];
-    o.row_shape.assign(t.sizes().begin() + 1, t.sizes().end());
-    o.origin.output = o.name;
-    const bool last = listed(options.channels_last, o.name), temporal = listed(options.temporal_tokens, o.name);
-    if ((last || temporal) && t.dim() != 4) {
-      throw UsageError(OptionName{last ? "channels-last" : "temporal-tokens"},
-                       "output " + o.name + " is " + shape_text(t) + "; it names 4-D outputs (" +
-                       (last ? "[B, H, W, C]" : "[B, T, N, D]") + ")");
-    }
-    if (t.dim() == 2) {
-      o.origin.source = LevelSource::kVector;
-    } else if (t.dim() == 3 || temporal) {
-      o.kind = t.dim() == 3 ? Output::Kind::kTokens : Output::Kind::kTemporalTokens;
-      const std::int64_t tokens = t.size(t.dim() - 2);
-      o.grid = token_grid(o.name, tokens, h, w, lookup(options.patch_size, o.name), lookup(options.prefix_tokens, o.name),
-                          t.dim() == 3 ? time_steps : 0);
-      o.origin.source = LevelSource::kPatchTokens;
-      o.origin.patch_size = o.grid.patch;
-      o.origin.prefix_tokens = o.grid.prefix;
-      o.origin.time_steps = temporal ? t.size(1) : (o.grid.time_steps > 1 ? o.grid.time_steps : 0);
-    } else if (last) {
-      o.kind = Output::Kind::kChannelsLast;
-      o.origin.source = LevelSource::kChannelsLast;
-    } else if (t.dim() == 5) {
-      o.origin.time_steps = t.size(1);
-    }
+    Output o = read_output(first.names[i], first.levels[i], input, options);
     main_level_.push_back(names_.size());
     names_.push_back(o.name);
     const bool tokens = o.kind == Output::Kind::kTokens || o.kind == Output::Kind::kTemporalTokens;
@@ -152,6 +132,39 @@ LevelLayout::LevelLayout(const EncoderOutput& first, const at::Tensor& input, co
       }
     }
   }
+}
+
+LevelLayout::Output LevelLayout::read_output(const std::string& name, const at::Tensor& t, const at::Tensor& input,
+                                             const LayoutOptions& options) {
+  Output o;
+  o.name = name;
+  o.row_shape.assign(t.sizes().begin() + 1, t.sizes().end());
+  o.origin.output = o.name;
+  const bool last = listed(options.channels_last, o.name), temporal = listed(options.temporal_tokens, o.name);
+  if ((last || temporal) && t.dim() != 4) {
+    throw UsageError(OptionName{last ? "channels-last" : "temporal-tokens"},
+                     "output " + o.name + " is " + shape_text(t) + "; it names 4-D outputs (" +
+                     (last ? "[B, H, W, C]" : "[B, T, N, D]") + ")");
+  }
+  if (t.dim() == 2) {
+    o.origin.source = LevelSource::kVector;
+  } else if (t.dim() == 3 || temporal) {
+    o.kind = t.dim() == 3 ? Output::Kind::kTokens : Output::Kind::kTemporalTokens;
+    const std::int64_t tokens = t.size(t.dim() - 2);
+    const std::int64_t time_steps = input.dim() == 5 ? input.size(1) : 0;
+    o.grid = token_grid(o.name, tokens, input.size(-2), input.size(-1), lookup(options.patch_size, o.name),
+                        lookup(options.prefix_tokens, o.name), t.dim() == 3 ? time_steps : 0);
+    o.origin.source = LevelSource::kPatchTokens;
+    o.origin.patch_size = o.grid.patch;
+    o.origin.prefix_tokens = o.grid.prefix;
+    o.origin.time_steps = temporal ? t.size(1) : (o.grid.time_steps > 1 ? o.grid.time_steps : 0);
+  } else if (last) {
+    o.kind = Output::Kind::kChannelsLast;
+    o.origin.source = LevelSource::kChannelsLast;
+  } else if (t.dim() == 5) {
+    o.origin.time_steps = t.size(1);
+  }
+  return o;
 }
 
 void LevelLayout::apply_one(const Output& o, std::size_t index, const at::Tensor& t, StoredLevels& out) const {

@@ -67,6 +67,10 @@ class LevelLayout {
     TokenGrid grid;
     LevelOrigin origin;  // of its main level
   };
+  // How output `name` (`t`, the first batch's) is stored: as it is, channels moved first, or
+  // tokens on their patch grid. Errors as the constructor's.
+  static Output read_output(const std::string& name, const at::Tensor& t, const at::Tensor& input,
+                            const LayoutOptions& options);
   void apply_one(const Output& o, std::size_t index, const at::Tensor& t, StoredLevels& out) const;
   std::vector<Output> outputs_;
   std::vector<std::string> names_;
