@@ -120,6 +120,97 @@ std::string describe_crop(const std::string& group, const std::string& window, c
          std::to_string(bounds[2]) + ", " + std::to_string(bounds[3]) + "]";
 }
 
+// Sorts the caches' rows into the three splits (named already), reading each cache's index in
+// blocks of rows: memory stays bounded however large the cache. Under a --val-fraction carve,
+// train rows of the windows whose key hashes below it go to val.
+class SplitAssigner {
+ public:
+  // `train_windows`: when not null, receives each train row's window hash, in split order.
+  SplitAssigner(const std::vector<std::unique_ptr<CacheReader>>& caches, double val_fraction, SplitRows (&splits)[3],
+                std::vector<std::uint64_t>* train_windows)
+      : caches_(caches), val_fraction_(val_fraction), splits_(splits), train_windows_(train_windows) {}
+
+  void add_cache(std::size_t c) {
+    constexpr std::int64_t kIndexBlock = 1 << 16;
+    const CacheReader& cache = *caches_[c];
+    const bool keys = val_fraction_ > 0 || caches_.size() > 1 || train_windows_ != nullptr;
+    for (std::int64_t start = 0; start < cache.rows(); start += kIndexBlock) {
+      const std::int64_t n = std::min(kIndexBlock, cache.rows() - start);
+      const CacheIndex block = cache.read_index(start, n, {keys, true, false});
+      if (caches_.size() > 1) check_distinct_crops(c, block);
+      for (std::size_t i = 0; i < block.splits.size(); ++i) add_row(c, start + std::int64_t(i), block, i);
+    }
+  }
+
+  // Rows per split name, in every cache added.
+  const std::map<std::string, std::int64_t>& counts() const { return counts_; }
+
+ private:
+  void add_row(std::size_t c, std::int64_t r, const CacheIndex& block, std::size_t i) {
+    const std::string& split = block.splits[i];
+    ++counts_[split];
+    const int s = split == splits_[0].name ? 0 : split == splits_[1].name ? 1 : split == splits_[2].name ? 2 : -1;
+    if (s < 0) return;
+    if (s != 0) {
+      splits_[s].rows[c].push_back(r);
+      return;
+    }
+    const bool hashed = val_fraction_ > 0 || train_windows_ != nullptr;
+    const std::uint64_t window = hashed ? window_hash(block.groups[i], block.windows[i]) : 0;
+    if (val_fraction_ > 0 && double(window % 1000000) < val_fraction_ * 1e6) {
+      splits_[1].rows[c].push_back(r);
+    } else {
+      splits_[0].rows[c].push_back(r);
+      if (train_windows_) train_windows_->push_back(window);
+    }
+  }
+
+  // Crops trained on together must be distinct: a key in two caches (the same cache given twice,
+  // or one dataset cached twice) would count its rows twice, in the metrics too. Within one cache
+  // keys are unique. One 64-bit hash per row, only when there are several caches.
+  void check_distinct_crops(std::size_t c, const CacheIndex& block) {
+    for (std::size_t i = 0; i < block.windows.size(); ++i) {
+      const std::int64_t* bounds = &block.bounds[4 * i];
+      const auto [it, fresh] = crop_cache_.try_emplace(crop_key_hash(block.groups[i], block.windows[i], bounds), c);
+      if (fresh || it->second == c) continue;
+      throw InputError("--cache " + caches_[c]->path() + ": the crop " + describe_crop(block.groups[i], block.windows[i], bounds) +
+                       " is also in " + caches_[it->second]->path() + "; caches trained on together must "
+                       "hold different crops (is one cache given twice?)");
+    }
+  }
+
+  const std::vector<std::unique_ptr<CacheReader>>& caches_;
+  const double val_fraction_;
+  SplitRows (&splits_)[3];
+  std::vector<std::uint64_t>* train_windows_;
+  std::map<std::string, std::int64_t> counts_;
+  std::unordered_map<std::uint64_t, std::size_t> crop_cache_;  // each crop's cache, with several caches
+};
+
+// InputError or UsageError when a split the run needs has no rows, or --val-fraction would carve
+// into a split the caches already have.
+void check_rows_found(const ProbeOptions& options, const SplitRows (&splits)[3],
+                      const std::map<std::string, std::int64_t>& counts) {
+  if (options.val_fraction > 0 && counts.count(options.val_split)) {
+    throw UsageError(OptionName{"val-fraction"}, "the caches already have a '" + options.val_split +
+                     "' split; drop --val-fraction, or name another --val-split to carve into");
+  }
+  if (splits[0].size() == 0) {
+    throw InputError("--train-split: no rows in split '" + splits[0].name + "'; the caches' splits are: " +
+                     split_counts_text(counts));
+  }
+  if (splits[1].size() == 0) {
+    throw InputError("--val-split: no rows in split '" + splits[1].name + "' (the caches' splits are: " +
+                     split_counts_text(counts) + "); name one with --val-split, or carve one from "
+                     "train with --val-fraction 0.1");
+  }
+  // The default test split may be absent (the run reports no test metrics); a named one may not.
+  if (splits[2].size() == 0 && splits[2].name != ProbeOptions().test_split) {
+    throw InputError("--test-split: no rows in split '" + splits[2].name + "' (the caches' splits are: " +
+                     split_counts_text(counts) + "); name one of them, or leave --test-split out");
+  }
+}
+
 }  // namespace
 
 ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_keys) : task_(task) {
@@ -131,102 +222,28 @@ ProbeData::ProbeData(const ProbeOptions& options, ProbeTask task, bool window_ke
   const std::string names[3] = {options.train_split, options.val_split, options.test_split};
   check_split_roles(names);
 
-  open_caches(options.caches);
-  check_caches_for_task(caches_, task);
-  const CacheReader& first = *caches_.front();
-  const LabelKinds& labels = first.label_kinds();
-  pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
-  for (int s = 0; s < 3; ++s) {
-    splits_[s].name = names[s];
-    splits_[s].rows.resize(caches_.size());
-  }
-  std::map<std::string, std::int64_t> counts;  // rows per split name, in every cache
-  const bool several = caches_.size() > 1;
-  std::unordered_map<std::uint64_t, std::size_t> key_cache;  // with several caches: each crop's cache
-  for (std::size_t c = 0; c < caches_.size(); ++c) {
-    assign_rows(c, options.val_fraction, window_keys, counts, several ? &key_cache : nullptr);
-  }
-  check_rows_found(options, counts);
-  mask_shape_ = pixel_values_ ? first.pixel_value_shape() : first.mask_shape();
-  ignore_index_ = options.ignore_index != -1000000 ? options.ignore_index : labels.ignore_index;
-  load_targets(options);
-}
-
-void ProbeData::open_caches(const std::vector<std::string>& paths) {
-  for (const auto& path : paths) {
+  for (const auto& path : options.caches) {
     caches_.push_back(std::make_unique<CacheReader>(path));
     if (std::string shortfall = cache_shortfall(*caches_.back()); !shortfall.empty()) {
       warnings_.push_back(std::move(shortfall) + " (training on the " + std::to_string(caches_.back()->rows()) +
                           " rows it has)");
     }
   }
-}
+  check_caches_for_task(caches_, task);
+  const CacheReader& first = *caches_.front();
+  const LabelKinds& labels = first.label_kinds();
+  pixel_values_ = task == ProbeTask::kPixelRegression && labels.has_pixel_value;
 
-void ProbeData::assign_rows(std::size_t c, double val_fraction, bool window_keys, std::map<std::string, std::int64_t>& counts,
-                            std::unordered_map<std::uint64_t, std::size_t>* key_cache) {
-  // The index columns are read in blocks of rows: memory stays bounded however large the cache.
-  constexpr std::int64_t kIndexBlock = 1 << 16;
-  const CacheReader& cache = *caches_[c];
-  const bool keys = val_fraction > 0 || key_cache != nullptr || window_keys;
-  for (std::int64_t start = 0; start < cache.rows(); start += kIndexBlock) {
-    const std::int64_t n = std::min(kIndexBlock, cache.rows() - start);
-    const CacheIndex block = cache.read_index(start, n, {keys, true, false});
-    if (key_cache) check_distinct_crops(c, block, *key_cache);
-    for (std::size_t i = 0; i < block.splits.size(); ++i) {
-      const std::string& split = block.splits[i];
-      ++counts[split];
-      const int s = split == splits_[0].name ? 0 : split == splits_[1].name ? 1 : split == splits_[2].name ? 2 : -1;
-      if (s < 0) continue;
-      const std::int64_t r = start + std::int64_t(i);
-      if (s != 0) {
-        splits_[s].rows[c].push_back(r);
-        continue;
-      }
-      const std::uint64_t window = val_fraction > 0 || window_keys ? window_hash(block.groups[i], block.windows[i]) : 0;
-      if (val_fraction > 0 && double(window % 1000000) < val_fraction * 1e6) {
-        splits_[1].rows[c].push_back(r);
-      } else {
-        splits_[0].rows[c].push_back(r);
-        if (window_keys) train_windows_.push_back(window);
-      }
-    }
+  for (int s = 0; s < 3; ++s) {
+    splits_[s].name = names[s];
+    splits_[s].rows.resize(caches_.size());
   }
-}
-
-void ProbeData::check_distinct_crops(std::size_t c, const CacheIndex& block,
-                                     std::unordered_map<std::uint64_t, std::size_t>& key_cache) const {
-  // Crops trained on together must be distinct: a key in two caches (the same cache given twice,
-  // or one dataset cached twice) would count its rows twice, in the metrics too. Within one cache
-  // keys are unique.
-  for (std::size_t i = 0; i < block.windows.size(); ++i) {
-    const std::int64_t* bounds = &block.bounds[4 * i];
-    const auto [it, fresh] = key_cache.try_emplace(crop_key_hash(block.groups[i], block.windows[i], bounds), c);
-    if (fresh || it->second == c) continue;
-    throw InputError("--cache " + caches_[c]->path() + ": the crop " + describe_crop(block.groups[i], block.windows[i], bounds) +
-                     " is also in " + caches_[it->second]->path() + "; caches trained on together must "
-                     "hold different crops (is one cache given twice?)");
-  }
-}
-
-void ProbeData::check_rows_found(const ProbeOptions& options, const std::map<std::string, std::int64_t>& counts) const {
-  if (options.val_fraction > 0 && counts.count(options.val_split)) {
-    throw UsageError(OptionName{"val-fraction"}, "the caches already have a '" + options.val_split +
-                     "' split; drop --val-fraction, or name another --val-split to carve into");
-  }
-  if (train().size() == 0) {
-    throw InputError("--train-split: no rows in split '" + train().name + "'; the caches' splits are: " +
-                     split_counts_text(counts));
-  }
-  if (val().size() == 0) {
-    throw InputError("--val-split: no rows in split '" + val().name + "' (the caches' splits are: " +
-                     split_counts_text(counts) + "); name one with --val-split, or carve one from "
-                     "train with --val-fraction 0.1");
-  }
-  // The default test split may be absent (the run reports no test metrics); a named one may not.
-  if (test().size() == 0 && test().name != ProbeOptions().test_split) {
-    throw InputError("--test-split: no rows in split '" + test().name + "' (the caches' splits are: " +
-                     split_counts_text(counts) + "); name one of them, or leave --test-split out");
-  }
+  SplitAssigner assigner(caches_, options.val_fraction, splits_, window_keys ? &train_windows_ : nullptr);
+  for (std::size_t c = 0; c < caches_.size(); ++c) assigner.add_cache(c);
+  check_rows_found(options, splits_, assigner.counts());
+  mask_shape_ = pixel_values_ ? first.pixel_value_shape() : first.mask_shape();
+  ignore_index_ = options.ignore_index != -1000000 ? options.ignore_index : labels.ignore_index;
+  load_targets(options);
 }
 
 at::Tensor ProbeData::gather_targets(const SplitRows& split, const std::vector<at::Tensor>& per_cache) const {

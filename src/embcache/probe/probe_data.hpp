@@ -5,10 +5,8 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <map>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "embcache/probe/probe_options.hpp"
@@ -71,17 +69,6 @@ class ProbeData {
   std::string describe_split_sizes() const;
 
  private:
-  void open_caches(const std::vector<std::string>& paths);
-  // Sorts cache `c`'s rows into the splits (train rows into val under val_fraction), counting
-  // the rows of every split name in `counts`. `key_cache`: with several caches, the cache of
-  // each crop seen so far (check_distinct_crops).
-  void assign_rows(std::size_t c, double val_fraction, bool window_keys, std::map<std::string, std::int64_t>& counts,
-                   std::unordered_map<std::uint64_t, std::size_t>* key_cache);
-  void check_distinct_crops(std::size_t c, const CacheIndex& block,
-                            std::unordered_map<std::uint64_t, std::size_t>& key_cache) const;
-  // InputError or UsageError when a split the run needs has no rows, or --val-fraction would
-  // carve into a split the caches already have.
-  void check_rows_found(const ProbeOptions& options, const std::map<std::string, std::int64_t>& counts) const;
   void load_targets(const ProbeOptions& options);
   at::Tensor gather_targets(const SplitRows& split, const std::vector<at::Tensor>& per_cache) const;
   void check_mask_classes(const ProbeOptions& options);
