@@ -115,11 +115,6 @@ void check_split_roles(const std::string (&names)[3]) {
   }
 }
 
-std::string describe_crop(const std::string& group, const std::string& window, const std::int64_t* bounds) {
-  return group + "/" + window + " [" + std::to_string(bounds[0]) + ", " + std::to_string(bounds[1]) + ", " +
-         std::to_string(bounds[2]) + ", " + std::to_string(bounds[3]) + "]";
-}
-
 // Sorts the caches' rows into the three splits (named already), reading each cache's index in
 // blocks of rows: memory stays bounded however large the cache. Under a --val-fraction carve,
 // train rows of the windows whose key hashes below it go to val.
@@ -173,7 +168,8 @@ class SplitAssigner {
       const std::int64_t* bounds = &block.bounds[4 * i];
       const auto [it, fresh] = crop_cache_.try_emplace(crop_key_hash(block.groups[i], block.windows[i], bounds), c);
       if (fresh || it->second == c) continue;
-      throw InputError("--cache " + caches_[c]->path() + ": the crop " + describe_crop(block.groups[i], block.windows[i], bounds) +
+      const CropKey crop{block.groups[i], block.windows[i], Bounds{bounds[0], bounds[1], bounds[2], bounds[3]}};
+      throw InputError("--cache " + caches_[c]->path() + ": the crop " + crop.describe() +
                        " is also in " + caches_[it->second]->path() + "; caches trained on together must "
                        "hold different crops (is one cache given twice?)");
     }
