@@ -161,6 +161,11 @@ int main(int argc, char** argv) {
     // faster of the two is used: the comparison never flatters embcache.
     const double plain_before = plain_hdf5_write_mb_per_s(options.out + ".plain.h5", plain_mb);
     const embcache::PrecomputePlan plan = embcache::plan_precompute(options);
+    // One allocator scope around the warm-up, the run and the encoder-only passes. The end of
+    // the outermost scope returns the heap it kept to the system (malloc_trim, as embcache does
+    // before a study's probes), so with a scope per pass each pass faulted in again the heap the
+    // one before it had grown, and the warm-up did not do what it is for.
+    const embcache::EncoderAllocatorScope heap_for_all_passes;
     if (!warm_up_input.empty()) warm_up_process(plan, warm_up_input);
     std::vector<double> before_calls, before_team_wait;
     if (before_batches > 0) {
