@@ -23,7 +23,9 @@
 # Every process first runs one batch through a throwaway copy of the model (--warm-up-input,
 # --warm-up): the first forward call in a process also generates oneDNN's kernels and grows the
 # heap, and without that the measurement a process makes first pays it and the later ones do not.
-# Each measured pass still loads its model afresh and pays its own TorchScript warm-up. Known
+# Each measured pass still loads its model afresh and pays its own TorchScript warm-up, on the
+# heap the warm-up grew (one allocator scope spans bench_precompute's passes; the peer keeps its
+# freed memory too): each side pays its process's first touch of that memory once. Known
 # bias: a third copy in one process pays more in its first calls than a second (LibTorch's own
 # behaviour); encoder-only is the third copy in bench_precompute's process (docs/precompute.md).
 # Prints the medians (min-max) and the ratios the targets are about, then each round with
