@@ -37,7 +37,9 @@
 #                  in time then cancels out of enc/only and wall/only (about 3 minutes more; the
 #                  run is then the third copy of the encoder in its process, not the second). A
 #                  diagnostic: the pass before ran 2-7% slower than the pass after for every
-#                  model (docs/precompute.md), so the mean flatters the run by 1-4%
+#                  model while each pass had a heap of its own (docs/precompute.md), so the mean
+#                  flattered the run by 1-4%; with one heap, before / after was 0.92-1.05 in six
+#                  runs (MobileNetV2, ResNet-50, ViT-B/16)
 #   OPTIMIZED=1    adds the same run with --optimize (frozen and optimised for inference): its
 #                  encoder-only, encoder_seconds and wall, and the difference from the plain
 #                  encoder that the run measured (max over outputs of max |optimised - plain| /
