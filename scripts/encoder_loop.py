@@ -21,8 +21,8 @@ high (bench_encoders.sh does) so glibc reuses freed activations instead of mappi
 Each pass keeps the heap that what ran before it grew (the warm-up, the forward pass), as
 bench_precompute's run and encoder-only pass keep the heap of its warm-up: paying the process's
 first touch of that memory is what the warm-up is for, on both sides. (Both sides used to return
-it between passes, and each pass then faulted it in again: ResNet-50's first calls in precompute
-took 0.3-0.7 s longer, and loading ViT-B/16 0.30-0.32 s against 0.11 s.)
+it between passes, and each pass then faulted it in again: ResNet-50's first two calls in precompute
+took up to 0.7 s longer than alone, and loading ViT-B/16 0.30-0.32 s against 0.11 s.)
 """
 import argparse
 import json
