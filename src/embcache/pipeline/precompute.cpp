@@ -178,6 +178,54 @@ void fill_summary(PrecomputeSummary& summary, const Stages& s, const StagePriori
   summary.write_time = s.io.write_time;
 }
 
+void fill_store_summary(PrecomputeSummary& summary, const CacheStore& store, const ConsolidateStats& consolidated) {
+  summary.consolidate_seconds = consolidated.seconds;
+  summary.superseded_rows = consolidated.superseded_rows;
+  summary.rows_copied_at_end = consolidated.copied_rows;
+  summary.recovered_rows = store.recovered_rows();
+  summary.chunks_checksummed_on_io_thread = store.chunks_checksummed_while_writing();
+  summary.interrupted = stop_requested();
+  summary.cache_bytes = consolidated.bytes;
+  summary.cache_parts = consolidated.parts;
+}
+
+// An existing cache keeps the compression it was made with; says so when another was asked for.
+void note_kept_compression(const PrecomputePlan& plan, const CacheStore& store) {
+  if (!plan.quiet && store.cache_exists() && plan.storage.compression.kind != Compression::Kind::kNone &&
+      store.storage().compression.to_string() != plan.storage.compression.to_string()) {
+    std::fprintf(stderr, "embcache: note: %s keeps its compression %s (--overwrite to change it)\n", plan.out.c_str(),
+                 store.storage().compression.to_string().c_str());
+  }
+}
+
+// --only-new-windows: the same dataset again, without the windows whose every crop is cached
+// (they are not read); counts those in summary.windows_not_read.
+std::unique_ptr<WindowSource> without_cached_windows(const PrecomputePlan& plan, const CacheStore& store,
+                                                     const WindowSource& listed, PrecomputeSummary& summary) {
+  const auto& committed = store.committed();
+  std::unique_ptr<WindowSource> source = open_window_source(plan, [&](const WindowInfo& w) {
+    for (const Bounds& b : crop_grid(w.bounds, plan.grid)) {
+      if (!committed.count(CropKey{w.group, w.name, b}.map_key())) return true;
+    }
+    return false;
+  });
+  summary.windows_not_read = std::int64_t(listed.windows().size()) - std::int64_t(source->windows().size());
+  return source;
+}
+
+// The run's windows and crops into the summary; returns the most crops one window has.
+std::size_t count_windows(const PrecomputePlan& plan, const WindowSource& source, PrecomputeSummary& summary) {
+  summary.windows = std::int64_t(source.windows().size());
+  for (const auto& [why, n] : source.skipped()) summary.windows_skipped[why] = n;
+  std::size_t max_crops_per_window = 1;
+  for (const auto& w : source.windows()) {
+    const std::size_t crops = crop_grid(w.bounds, plan.grid).size();
+    summary.crops_total += std::int64_t(crops);
+    max_crops_per_window = std::max(max_crops_per_window, crops);
+  }
+  return max_crops_per_window;
+}
+
 }  // namespace
 
 PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHooks& hooks) {
@@ -200,34 +248,12 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
                                         optimize_difference),
                    labels,
                    plan.storage, plan.policy, plan.overwrite, plan.shard.text());
-  if (!plan.quiet && store.cache_exists() && plan.storage.compression.kind != Compression::Kind::kNone &&
-      store.storage().compression.to_string() != plan.storage.compression.to_string()) {
-    std::fprintf(stderr, "embcache: note: %s keeps its compression %s (--overwrite to change it)\n", plan.out.c_str(),
-                 store.storage().compression.to_string().c_str());
-  }
+  note_kept_compression(plan, store);
 
   PrecomputeSummary summary;
-  if (plan.only_new_windows && store.cache_exists()) {
-    // The same dataset again, without the windows whose every crop is cached: they are not read.
-    const auto& committed = store.committed();
-    const std::int64_t listed = std::int64_t(source->windows().size());
-    source = open_window_source(plan, [&](const WindowInfo& w) {
-      for (const Bounds& b : crop_grid(w.bounds, plan.grid)) {
-        if (!committed.count(CropKey{w.group, w.name, b}.map_key())) return true;
-      }
-      return false;
-    });
-    summary.windows_not_read = listed - std::int64_t(source->windows().size());
-  }
+  if (plan.only_new_windows && store.cache_exists()) source = without_cached_windows(plan, store, *source, summary);
   const auto& windows = source->windows();
-  summary.windows = std::int64_t(windows.size());
-  for (const auto& [why, n] : source->skipped()) summary.windows_skipped[why] = n;
-  std::size_t max_crops_per_window = 1;
-  for (const auto& w : windows) {
-    const std::size_t crops = crop_grid(w.bounds, plan.grid).size();
-    summary.crops_total += std::int64_t(crops);
-    max_crops_per_window = std::max(max_crops_per_window, crops);
-  }
+  const std::size_t max_crops_per_window = count_windows(plan, *source, summary);
   summary.device = plan.device.str();
   summary.encoder_optimized = encoder->optimized();
   store.expect_rows(summary.crops_total);
@@ -264,15 +290,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   // No commit first: closing and renaming the file being built installs every row at once.
   const ConsolidateStats consolidated = store.consolidate(/*complete=*/!stop_requested());
   fill_summary(summary, stages, priority, plan);
-  summary.consolidate_seconds = consolidated.seconds;
-  summary.superseded_rows = consolidated.superseded_rows;
-  summary.rows_copied_at_end = consolidated.copied_rows;
-  summary.recovered_rows = store.recovered_rows();
-  summary.chunks_checksummed_on_io_thread = store.chunks_checksummed_while_writing();
-  summary.interrupted = stop_requested();
-  summary.cache_bytes = consolidated.bytes;
-  summary.cache_parts = consolidated.parts;
-  summary.shard = plan.shard.text();
+  fill_store_summary(summary, store, consolidated);
   summary.seconds = seconds_since(started);
   const EncodeStage::Stats& calls = stages.encode.stats;
   if (calls.first_call_start && calls.last_call_end) {
