@@ -392,47 +392,16 @@ class StudyParser {
   }
 
   void parse_precompute(const std::string& where, const Json& raw) {
-    const auto& pre_fields = precompute_fields();
-    const auto pre_keys = json_keys(pre_fields, {"name", "shards"});
     const std::size_t problems_before = problems_.lines.size();
     PrecomputeEntry entry;
     entry.name = check_name(raw, where);
     const Json e = merged(defaults_pre, raw);
     for (const auto& [key, value] : e.items()) {
       if (key == "name") continue;
-      const std::string at = (raw.contains(key) ? where : "defaults.precompute") + "." + key;
-      if (key == "shards") {  // not an option of precompute: how the study splits it (docs/scale-out.md)
-        if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
-          problems_.add(at, "expected a whole number >= 1 (tasks of its job array), got " + describe(value));
-        } else {
-          entry.shards = value.get<std::int64_t>();
-        }
-        continue;
-      }
-      const auto* field = find_field(pre_fields, key);
-      if (!field) {
-        problems_.add(at, unknown_key(key, pre_keys));
-        continue;
-      }
-      if (is_grid_value(*field, value)) {
-        problems_.add(at, "a list here would mean several caches; write one precompute entry per cache");
-        continue;
-      }
-      if (assign(*field, value, entry.options, at, problems_) && field->path) {
-        std::string& p = entry.options.*std::get<std::string PrecomputeOptions::*>(field->member);
-        p = absolute(base_, p);
-      }
+      parse_precompute_value((raw.contains(key) ? where : "defaults.precompute") + "." + key, key, value, entry);
     }
     entry.options.quiet = false;
-    for (const char* required : {"encoder", "dataset"}) {
-      if (!e.contains(required)) problems_.add(where + "." + required, "missing");
-    }
-    if (!entry.options.encoder.empty() && !fs::is_regular_file(entry.options.encoder)) {
-      problems_.add(where + ".encoder", entry.options.encoder + " does not exist");
-    }
-    if (!entry.options.dataset.empty() && !fs::exists(entry.options.dataset)) {
-      problems_.add(where + ".dataset", entry.options.dataset + " does not exist");
-    }
+    check_precompute_files(where, e, entry);
     if (entry.options.out.empty() && !entry.name.empty() && !study_.output_dir.empty()) {
       entry.options.out = study_.output_dir + "/caches/" + entry.name + ".h5";
     }
@@ -450,19 +419,63 @@ class StudyParser {
       try {
         entry.plan = plan_precompute(entry.options);
       } catch (const Error& err) {
-        add_option_problem(where, "", pre_fields, err);
+        add_option_problem(where, "", precompute_fields(), err);
       }
     }
-    Json identity = Json::object();
-    for (const auto& field : pre_fields) {
-      // Options that do not change what is stored; drop-behind came after studies had run ids.
-      if (!field.in_json || field.name == "summary-json" || field.name == "drop-behind") continue;
-      if (field.identity_when_set && at_default(field, entry.options)) continue;
-      std::visit([&](auto m) { identity[field.json_key()] = entry.options.*m; }, field.member);
-    }
-    entry_identity[entry.name] = identity.dump();
+    entry_identity[entry.name] = precompute_identity(entry.options).dump();
     entry_index[entry.name] = study_.precomputes.size();
     study_.precomputes.push_back(std::move(entry));
+  }
+
+  // One key of a precompute entry (its own, or from defaults.precompute), reported at `at`.
+  void parse_precompute_value(const std::string& at, const std::string& key, const Json& value, PrecomputeEntry& entry) {
+    const auto& fields = precompute_fields();
+    if (key == "shards") {  // not an option of precompute: how the study splits it (docs/scale-out.md)
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
+        problems_.add(at, "expected a whole number >= 1 (tasks of its job array), got " + describe(value));
+      } else {
+        entry.shards = value.get<std::int64_t>();
+      }
+      return;
+    }
+    const auto* field = find_field(fields, key);
+    if (!field) {
+      problems_.add(at, unknown_key(key, json_keys(fields, {"name", "shards"})));
+      return;
+    }
+    if (is_grid_value(*field, value)) {
+      problems_.add(at, "a list here would mean several caches; write one precompute entry per cache");
+      return;
+    }
+    if (assign(*field, value, entry.options, at, problems_) && field->path) {
+      std::string& p = entry.options.*std::get<std::string PrecomputeOptions::*>(field->member);
+      p = absolute(base_, p);
+    }
+  }
+
+  // The encoder and the dataset are given (in the entry or its defaults, `merged`) and exist.
+  void check_precompute_files(const std::string& where, const Json& merged, const PrecomputeEntry& entry) {
+    for (const char* required : {"encoder", "dataset"}) {
+      if (!merged.contains(required)) problems_.add(where + "." + required, "missing");
+    }
+    if (!entry.options.encoder.empty() && !fs::is_regular_file(entry.options.encoder)) {
+      problems_.add(where + ".encoder", entry.options.encoder + " does not exist");
+    }
+    if (!entry.options.dataset.empty() && !fs::exists(entry.options.dataset)) {
+      problems_.add(where + ".dataset", entry.options.dataset + " does not exist");
+    }
+  }
+
+  // What the cache's content depends on: the options a study's run ids are made from.
+  static Json precompute_identity(const PrecomputeOptions& options) {
+    Json identity = Json::object();
+    for (const auto& field : precompute_fields()) {
+      // Options that do not change what is stored; drop-behind came after studies had run ids.
+      if (!field.in_json || field.name == "summary-json" || field.name == "drop-behind") continue;
+      if (field.identity_when_set && at_default(field, options)) continue;
+      std::visit([&](auto m) { identity[field.json_key()] = options.*m; }, field.member);
+    }
+    return identity;
   }
 
   // A grid axis of a probe entry: fields that vary together (one, or the "zip" fields).
