@@ -128,17 +128,19 @@ void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
   else if (o.standardize != "auto") throw UsageError(OptionName{"standardize"}, "expected auto, on or off, got \"" + o.standardize + "\"");
 }
 
-// --head x --levels x --lr x --weight-decay (or x --C, x --k), each list free of repeats and each
-// head able to read each level set: the points before fractions and seeds.
-// --head x --levels x --lr x --weight-decay (or x --C, x --k): the points before fractions and seeds.
-void plan_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>& lrs, const std::vector<double>& decays) {
-  const auto level_sets = parse_level_sets(o.levels);
+// --levels: the level sets, each free of repeats, and no set given twice.
+std::vector<std::vector<std::string>> checked_level_sets(const ProbeOptions& o) {
+  auto level_sets = parse_level_sets(o.levels);
   refuse_repeats(level_sets, {"levels"}, level_set_text);
   for (const auto& set : level_sets) {
     refuse_repeats(set, {"levels"}, [](const std::string& l) { return "level " + l; }, level_set_text(set));
   }
-  refuse_repeats(lrs, {"lr"}, format_number);
-  refuse_repeats(decays, {"weight-decay"}, format_number);
+  return level_sets;
+}
+
+// --head: the heads, free of repeats, each able to read each level set; logreg and knn alone.
+std::vector<HeadType> checked_heads(const ProbeOptions& o, const ProbePlan& plan,
+                                    const std::vector<std::vector<std::string>>& level_sets) {
   std::vector<HeadType> heads;
   for (const auto& h : split_list(o.head, {"head"})) heads.push_back(parse_head(h));
   refuse_repeats(heads, {"head"}, [](HeadType t) { return std::string(head_name(t)); });
@@ -155,27 +157,47 @@ void plan_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<doubl
   }
   if (!logreg && o.C != "auto") throw UsageError(OptionName{"C"}, "applies to --head logreg only");
   if (!knn && o.k != "20") throw UsageError(OptionName{"k"}, "applies to --head knn only");
-  if (knn) {
-    if (!(o.knn_temperature > 0)) throw UsageError(OptionName{"knn-temperature"}, "must be positive");
-    const std::vector<std::int64_t> ks = parse_int_list(o.k, {"k"});
-    for (auto k : ks) {
-      if (k < 1) throw UsageError(OptionName{"k"}, "values must be at least 1");
-    }
-    refuse_repeats(ks, {"k"}, [](std::int64_t k) { return std::to_string(k); });
-    for (const auto& set : level_sets) {
-      for (auto k : ks) plan.grid.push_back(ProbeCombination{HeadType::kKnn, set, 0, 0, 0, k});
-    }
+  return heads;
+}
+
+// --head knn: a point per level set and --k.
+void plan_knn_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<std::vector<std::string>>& level_sets) {
+  if (!(o.knn_temperature > 0)) throw UsageError(OptionName{"knn-temperature"}, "must be positive");
+  const std::vector<std::int64_t> ks = parse_int_list(o.k, {"k"});
+  for (auto k : ks) {
+    if (k < 1) throw UsageError(OptionName{"k"}, "values must be at least 1");
+  }
+  refuse_repeats(ks, {"k"}, [](std::int64_t k) { return std::to_string(k); });
+  for (const auto& set : level_sets) {
+    for (auto k : ks) plan.grid.push_back(ProbeCombination{HeadType::kKnn, set, 0, 0, 0, k});
+  }
+}
+
+// --head logreg: a point per level set and --C (auto: default_c_grid).
+void plan_logreg_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<std::vector<std::string>>& level_sets) {
+  const std::vector<double> cs = o.C == "auto" ? default_c_grid() : parse_double_list(o.C, {"C"});
+  for (double c : cs) {
+    if (!(c > 0) || !std::isfinite(c)) throw UsageError(OptionName{"C"}, "values must be positive");
+  }
+  refuse_repeats(cs, {"C"}, format_number);
+  for (const auto& set : level_sets) {
+    for (double c : cs) plan.grid.push_back(ProbeCombination{HeadType::kLogreg, set, 0, 0, c});
+  }
+}
+
+// --head x --levels x --lr x --weight-decay (or x --C, x --k), each list free of repeats and each
+// head able to read each level set: the points before fractions and seeds.
+void plan_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<double>& lrs, const std::vector<double>& decays) {
+  const auto level_sets = checked_level_sets(o);
+  refuse_repeats(lrs, {"lr"}, format_number);
+  refuse_repeats(decays, {"weight-decay"}, format_number);
+  const std::vector<HeadType> heads = checked_heads(o, plan, level_sets);
+  if (heads.front() == HeadType::kKnn) {  // alone (checked_heads)
+    plan_knn_points(o, plan, level_sets);
     return;
   }
-  if (logreg) {
-    const std::vector<double> cs = o.C == "auto" ? default_c_grid() : parse_double_list(o.C, {"C"});
-    for (double c : cs) {
-      if (!(c > 0) || !std::isfinite(c)) throw UsageError(OptionName{"C"}, "values must be positive");
-    }
-    refuse_repeats(cs, {"C"}, format_number);
-    for (const auto& set : level_sets) {
-      for (double c : cs) plan.grid.push_back(ProbeCombination{HeadType::kLogreg, set, 0, 0, c});
-    }
+  if (heads.front() == HeadType::kLogreg) {
+    plan_logreg_points(o, plan, level_sets);
     return;
   }
   for (HeadType head : heads) {
