@@ -38,8 +38,10 @@
 #                  run is then the third copy of the encoder in its process, not the second). A
 #                  diagnostic: the pass before ran 2-7% slower than the pass after for every
 #                  model while each pass had a heap of its own (docs/precompute.md), so the mean
-#                  flattered the run by 1-4%; with one heap, before / after was 0.92-1.05 in six
-#                  runs (MobileNetV2, ResNet-50, ViT-B/16)
+#                  flattered the run by 1-4%; with one heap, before / after had a median of
+#                  1.017 over 20 rounds of the four models on Debian 12, but 1.159 for
+#                  MobileNetV2 on Debian 13 (1.002-1.012 for the other three there), and about 3
+#                  minutes more takes the whole benchmark past 15 minutes (15.3 and 16.5)
 #   OPTIMIZED=1    adds the same run with --optimize (frozen and optimised for inference): its
 #                  encoder-only, encoder_seconds and wall, and the difference from the plain
 #                  encoder that the run measured (max over outputs of max |optimised - plain| /
