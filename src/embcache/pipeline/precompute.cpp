@@ -291,6 +291,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   const ConsolidateStats consolidated = store.consolidate(/*complete=*/!stop_requested());
   fill_summary(summary, stages, priority, plan);
   fill_store_summary(summary, store, consolidated);
+  summary.shard = plan.shard.text();
   summary.seconds = seconds_since(started);
   const EncodeStage::Stats& calls = stages.encode.stats;
   if (calls.first_call_start && calls.last_call_end) {
