@@ -168,10 +168,13 @@ int main(int argc, char** argv) {
     const embcache::EncoderAllocatorScope heap_for_all_passes;
     if (!warm_up_input.empty()) warm_up_process(plan, warm_up_input);
     std::vector<double> before_calls, before_team_wait;
+    nlohmann::json host_during_before;  // what the machine did meanwhile: a slow pass before is told from a slow machine
     if (before_batches > 0) {
       const AlonePass before{embcache::encoder_optimization(plan) == embcache::Optimization::kRequired,
                              plan.max_batch(), warm_up_input, before_batches};
+      const bench::HostLoad before_load;
       before_calls = encoder_only_call_seconds(plan, before, &before_team_wait);
+      host_during_before = before_load.since_start();
     }
     embcache::PrecomputeHooks hooks;
     hooks.serial = serial;
@@ -214,6 +217,7 @@ int main(int argc, char** argv) {
       j["encoder_only_after_seconds"] = alone;
       j["encoder_only_before_call_seconds"] = before_calls;
       j["encoder_only_before_call_team_wait_seconds"] = before_team_wait;
+      j["host_during_encoder_only_before"] = host_during_before;
       alone = 0.5 * (before + alone);
     }
     const std::size_t first_two = std::min<std::size_t>(2, alone_calls.size());

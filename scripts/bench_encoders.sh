@@ -173,12 +173,14 @@ for m in models:
 if any("encoder_only_before_seconds" in json.load(open(f"{work}/{m}-run-1.json")) for m in models):
     print()
     print("BRACKET=1: the encoder alone before and after each run; encoder-only above is their mean")
-    print(f"{'model':14} {'round':>5}  {'before':>7} {'in run':>7} {'after':>7}  {'run/before':>10} {'run/after':>9} {'run/mean':>8}")
+    print("(host: what the machine did during the pass before, as in the table above)")
+    print(f"{'model':14} {'round':>5}  {'before':>7} {'in run':>7} {'after':>7}  {'run/before':>10} {'run/after':>9} {'run/mean':>8}  {'host during the pass before':>38}")
     for m in models:
         for r in range(1, repeats + 1):
             run = json.load(open(f"{work}/{m}-run-{r}.json"))
             b, a, e = run["encoder_only_before_seconds"], run["encoder_only_after_seconds"], run["encoder_seconds"]
-            print(f"{m:14} {r:5}  {b:7.2f} {e:7.2f} {a:7.2f}  {e / b:10.3f} {e / a:9.3f} {e / (0.5 * (a + b)):8.3f}")
+            print(f"{m:14} {r:5}  {b:7.2f} {e:7.2f} {a:7.2f}  {e / b:10.3f} {e / a:9.3f} {e / (0.5 * (a + b)):8.3f}"
+                  f"  {host(run.get('host_during_encoder_only_before')):>38}")
 print()
 print("per round, the encoder's calls after its first two (bench_precompute: encoder_call_seconds,")
 print("thread_times.hpp): median ms in the run and alone; slow calls, over 1.3x the median alone; and in")
