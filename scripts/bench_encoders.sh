@@ -33,7 +33,8 @@
 # outside interference, then each round's encoder calls: slow calls in the run and alone, and
 # whether the encoder's threads waited for a core in them (bench/thread_times.hpp).
 #   BRACKET=1      times the encoder alone before each run as well as after it, and takes the
-#                  mean of the two as encoder-only: a drift of the machine's speed that is linear
+#                  mean of the two as encoder-only (and prints, per round, what the machine did
+#                  during the pass before): a drift of the machine's speed that is linear
 #                  in time then cancels out of enc/only and wall/only (about 3 minutes more; the
 #                  run is then the third copy of the encoder in its process, not the second). A
 #                  diagnostic: the pass before ran 2-7% slower than the pass after for every
