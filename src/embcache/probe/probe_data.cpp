@@ -123,11 +123,7 @@ class SplitAssigner {
   // `train_windows`: when not null, receives each train row's window hash, in split order.
   SplitAssigner(const std::vector<std::unique_ptr<CacheReader>>& caches, double val_fraction, SplitRows (&splits)[3],
                 std::vector<std::uint64_t>* train_windows)
-      : caches_(caches),
-        val_fraction_(val_fraction),
-        splits_(splits),
-        train_windows_(train_windows),
-        hash_train_windows_(val_fraction > 0 || train_windows != nullptr) {}
+      : caches_(caches), val_fraction_(val_fraction), splits_(splits), train_windows_(train_windows) {}
 
   void add_cache(std::size_t c) {
     constexpr std::int64_t kIndexBlock = 1 << 16;
@@ -154,7 +150,8 @@ class SplitAssigner {
       splits_[s].rows[c].push_back(r);
       return;
     }
-    const std::uint64_t window = hash_train_windows_ ? window_hash(block.groups[i], block.windows[i]) : 0;
+    const bool hashed = val_fraction_ > 0 || train_windows_ != nullptr;
+    const std::uint64_t window = hashed ? window_hash(block.groups[i], block.windows[i]) : 0;
     if (val_fraction_ > 0 && double(window % 1000000) < val_fraction_ * 1e6) {
       splits_[1].rows[c].push_back(r);
     } else {
@@ -182,7 +179,6 @@ class SplitAssigner {
   const double val_fraction_;
   SplitRows (&splits_)[3];
   std::vector<std::uint64_t>* train_windows_;
-  const bool hash_train_windows_;  // a train row's window hash is needed: --val-fraction, or train_windows_
   std::map<std::string, std::int64_t> counts_;
   std::unordered_map<std::uint64_t, std::size_t> crop_cache_;  // each crop's cache, with several caches
 };
