@@ -13,9 +13,11 @@
 namespace embcache {
 namespace {
 
-std::vector<std::vector<std::string>> parse_level_sets(const std::string& text) {
+using LevelSets = std::vector<std::vector<std::string>>;  // --levels: each set, the levels one head reads
+
+LevelSets parse_level_sets(const std::string& text) {
   if (text.empty()) throw UsageError(OptionName{"levels"}, "required (a level name or index, e.g. --levels 0, or 1+2 for fpn)");
-  std::vector<std::vector<std::string>> sets;
+  LevelSets sets;
   for (const auto& item : split_list(text, {"levels"})) {
     std::vector<std::string> set;
     std::size_t start = 0;
@@ -129,7 +131,7 @@ void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
 }
 
 // --levels: the level sets, each free of repeats, and no set given twice.
-std::vector<std::vector<std::string>> checked_level_sets(const ProbeOptions& o) {
+LevelSets checked_level_sets(const ProbeOptions& o) {
   auto level_sets = parse_level_sets(o.levels);
   refuse_repeats(level_sets, {"levels"}, level_set_text);
   for (const auto& set : level_sets) {
@@ -139,8 +141,7 @@ std::vector<std::vector<std::string>> checked_level_sets(const ProbeOptions& o) 
 }
 
 // --head: the heads, free of repeats, each able to read each level set; logreg and knn alone.
-std::vector<HeadType> checked_heads(const ProbeOptions& o, const ProbePlan& plan,
-                                    const std::vector<std::vector<std::string>>& level_sets) {
+std::vector<HeadType> checked_heads(const ProbeOptions& o, const ProbePlan& plan, const LevelSets& level_sets) {
   std::vector<HeadType> heads;
   for (const auto& h : split_list(o.head, {"head"})) heads.push_back(parse_head(h));
   refuse_repeats(heads, {"head"}, [](HeadType t) { return std::string(head_name(t)); });
@@ -161,7 +162,7 @@ std::vector<HeadType> checked_heads(const ProbeOptions& o, const ProbePlan& plan
 }
 
 // --head knn: a point per level set and --k.
-void plan_knn_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<std::vector<std::string>>& level_sets) {
+void plan_knn_points(const ProbeOptions& o, ProbePlan& plan, const LevelSets& level_sets) {
   if (!(o.knn_temperature > 0)) throw UsageError(OptionName{"knn-temperature"}, "must be positive");
   const std::vector<std::int64_t> ks = parse_int_list(o.k, {"k"});
   for (auto k : ks) {
@@ -174,7 +175,7 @@ void plan_knn_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<s
 }
 
 // --head logreg: a point per level set and --C (auto: default_c_grid).
-void plan_logreg_points(const ProbeOptions& o, ProbePlan& plan, const std::vector<std::vector<std::string>>& level_sets) {
+void plan_logreg_points(const ProbeOptions& o, ProbePlan& plan, const LevelSets& level_sets) {
   const std::vector<double> cs = o.C == "auto" ? default_c_grid() : parse_double_list(o.C, {"C"});
   for (double c : cs) {
     if (!(c > 0) || !std::isfinite(c)) throw UsageError(OptionName{"C"}, "values must be positive");
