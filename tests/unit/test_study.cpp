@@ -21,9 +21,10 @@ struct StudyDir {
     std::ofstream(dir.file("enc.pt")) << "x";
     std::ofstream(dir.file("data.h5")) << "x";
   }
-  Study load(const std::string& probes, const std::string& precompute_extra = "") const {
+  // `top_extra` adds top-level keys (", \"executor\": ...").
+  Study load(const std::string& probes, const std::string& precompute_extra = "", const std::string& top_extra = "") const {
     const std::string path = dir.file("study.json");
-    std::ofstream(path) << R"({"version": 1, "output_dir": "out",
+    std::ofstream(path) << R"({"version": 1, "output_dir": "out")" + top_extra + R"(,
       "precompute": [{"name": "enc", "encoder": "enc.pt", "dataset": "data.h5")" + precompute_extra + R"(}],
       "probes": [)" + probes + "]}";
     return load_study(path);
@@ -91,6 +92,35 @@ TEST_CASE("validation names each problem's place, all at once") {
   REQUIRE(contains(problems, "probes[1].weight_decay: has 1 values but the other \"zip\" fields have 2"));
   REQUIRE(contains(problems, "probes[2].lr: empty list: no runs"));
   REQUIRE(contains(problems, R"(probes[3].lr[1]: expected a number, got "fast")"));
+}
+
+TEST_CASE("an executor object fills the Slurm settings, and each wrong key is named") {
+  StudyDir d;
+  const std::string probe = R"({"name": "p", "cache": "enc", "task": "classification", "levels": 0})";
+  const Study study = d.load(probe, "", R"(, "executor": {"type": "slurm", "partition": "gpu", "time": "02:00:00",
+      "mem": "32G", "cpus_per_task": 4, "gpus_per_task": 1, "max_parallel": 3, "sbatch_args": ["--qos=high"]})");
+  REQUIRE(study.executor.kind == Executor::Kind::kSlurm);
+  const SlurmSettings& s = study.executor.slurm;
+  REQUIRE(s.partition == "gpu");
+  REQUIRE(s.time == "02:00:00");
+  REQUIRE(s.mem == "32G");
+  REQUIRE(s.cpus_per_task == 4);
+  REQUIRE(s.gpus_per_task == 1);
+  REQUIRE(s.max_parallel == 3);
+  REQUIRE(s.sbatch_args == std::vector<std::string>{"--qos=high"});
+  REQUIRE(d.load(probe, "", R"(, "executor": "local")").executor.kind == Executor::Kind::kLocal);
+
+  std::string problems;
+  try {
+    d.load(probe, "", R"(, "executor": {"type": "slurm", "partition": "", "max_parallel": -1,
+        "sbatch_args": "--qos=high", "gpu_per_task": 1})");
+  } catch (const InputError& e) {
+    problems = e.what();
+  }
+  REQUIRE(contains(problems, "executor.partition: expected a string as sbatch takes it"));
+  REQUIRE(contains(problems, "executor.max_parallel: expected a whole number >= 0, got -1"));
+  REQUIRE(contains(problems, "executor.sbatch_args: expected a list of strings"));
+  REQUIRE(contains(problems, "executor: unknown key \"gpu_per_task\"; did you mean \"gpus_per_task\"?"));
 }
 
 TEST_CASE("a UsageError names its option; a study turns that into the field, the CLI into the flag") {

@@ -302,7 +302,7 @@ class StudyParser {
         problems_.add("output_dir", study_.output_dir + " exists and is not a directory; choose another output_dir");
       }
     }
-        if (root_.contains("defaults")) {
+    if (root_.contains("defaults")) {
       const Json& d = root_["defaults"];
       if (!d.is_object()) {
         problems_.add("defaults", "expected an object with \"precompute\" and/or \"probe\"");
@@ -315,7 +315,6 @@ class StudyParser {
         }
       }
     }
-
   }
 
   // "executor": "local", or {"type": "slurm", "partition", "time", "cpus_per_task", "gpus_per_task",
@@ -333,34 +332,41 @@ class StudyParser {
     }
     if (e["type"] == "local") return;
     study_.executor.kind = Executor::Kind::kSlurm;
-    SlurmSettings& s = study_.executor.slurm;
-    const std::vector<std::string> known{"type", "partition", "time", "cpus_per_task", "gpus_per_task", "mem",
-                                         "max_parallel", "sbatch_args"};
     for (const auto& [key, value] : e.items()) {
-      const std::string at = "executor." + key;
-      if (key == "type") continue;
-      if (key == "partition" || key == "time" || key == "mem") {
-        if (!value.is_string() || value.get<std::string>().empty()) {
-          problems_.add(at, "expected a string as sbatch takes it (e.g. \"gpu\", \"02:00:00\", \"32G\")");
-        } else {
-          (key == "partition" ? s.partition : key == "time" ? s.time : s.mem) = value.get<std::string>();
-        }
-      } else if (key == "cpus_per_task" || key == "gpus_per_task" || key == "max_parallel") {
-        if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
-          problems_.add(at, "expected a whole number >= 0, got " + describe(value));
-        } else {
-          (key == "cpus_per_task" ? s.cpus_per_task : key == "gpus_per_task" ? s.gpus_per_task : s.max_parallel) =
-              value.get<std::int64_t>();
-        }
-      } else if (key == "sbatch_args") {
-        if (!value.is_array() || !std::all_of(value.begin(), value.end(), [](const Json& v) { return v.is_string(); })) {
-          problems_.add(at, "expected a list of strings, e.g. [\"--account=proj\", \"--qos=high\"]");
-        } else {
-          s.sbatch_args = value.get<std::vector<std::string>>();
-        }
+      if (key != "type") parse_slurm_setting(key, value, study_.executor.slurm);
+    }
+  }
+
+  // One key of an executor object but "type", into the setting it names.
+  void parse_slurm_setting(const std::string& key, const Json& value, SlurmSettings& s) {
+    static const std::map<std::string, std::string SlurmSettings::*> texts{
+        {"partition", &SlurmSettings::partition}, {"time", &SlurmSettings::time}, {"mem", &SlurmSettings::mem}};
+    static const std::map<std::string, std::int64_t SlurmSettings::*> counts{
+        {"cpus_per_task", &SlurmSettings::cpus_per_task},
+        {"gpus_per_task", &SlurmSettings::gpus_per_task},
+        {"max_parallel", &SlurmSettings::max_parallel}};
+    const std::string at = "executor." + key;
+    if (const auto text = texts.find(key); text != texts.end()) {
+      if (!value.is_string() || value.get<std::string>().empty()) {
+        problems_.add(at, "expected a string as sbatch takes it (e.g. \"gpu\", \"02:00:00\", \"32G\")");
       } else {
-        problems_.add("executor", unknown_key(key, known));
+        s.*(text->second) = value.get<std::string>();
       }
+    } else if (const auto count = counts.find(key); count != counts.end()) {
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 0) {
+        problems_.add(at, "expected a whole number >= 0, got " + describe(value));
+      } else {
+        s.*(count->second) = value.get<std::int64_t>();
+      }
+    } else if (key == "sbatch_args") {
+      if (!value.is_array() || !std::all_of(value.begin(), value.end(), [](const Json& v) { return v.is_string(); })) {
+        problems_.add(at, "expected a list of strings, e.g. [\"--account=proj\", \"--qos=high\"]");
+      } else {
+        s.sbatch_args = value.get<std::vector<std::string>>();
+      }
+    } else {
+      problems_.add("executor", unknown_key(key, {"type", "partition", "time", "cpus_per_task", "gpus_per_task", "mem",
+                                                  "max_parallel", "sbatch_args"}));
     }
   }
 
