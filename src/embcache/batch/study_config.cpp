@@ -365,8 +365,10 @@ class StudyParser {
         s.sbatch_args = value.get<std::vector<std::string>>();
       }
     } else {
-      problems_.add("executor", unknown_key(key, {"type", "partition", "time", "cpus_per_task", "gpus_per_task", "mem",
-                                                  "max_parallel", "sbatch_args"}));
+      std::vector<std::string> known{"type", "sbatch_args"};
+      for (const auto& text : texts) known.push_back(text.first);
+      for (const auto& count : counts) known.push_back(count.first);
+      problems_.add("executor", unknown_key(key, known));
     }
   }
 
