@@ -18,7 +18,10 @@ namespace embcache {
 namespace {
 int depth = 0;
 
-// Address space, not memory: only the pages a run touches are ever backed.
+// Address space, not memory: only the pages a run touches are ever backed. The same for every
+// encoder: sized from the encoder's file (ViT-L/16: 3.5 GB), the load got faster or slower with
+// the process before and the first call slower (docs/precompute.md, "Huge pages for large
+// encoders"). A reservation of 2 GiB or more also needs M_TRIM_THRESHOLD at -1, below.
 constexpr std::int64_t kHugePageReserveBytes = std::int64_t(1) << 30;
 
 std::string first_line_of_file(const char* path) {
@@ -73,7 +76,8 @@ void reserve_heap_on_huge_pages() {
 EncoderAllocatorScope::EncoderAllocatorScope() {
   if (depth++ > 0) return;
   mallopt(M_MMAP_MAX, 0);
-  // Above the reservation's size, so that freeing it keeps it.
+  // Above the reservation's size, so that freeing it keeps it. INT_MAX is 2 GiB: a free top
+  // larger than that is trimmed at once (-1 disables trimming, mallopt(3)).
   mallopt(M_TRIM_THRESHOLD, INT_MAX);
   // One arena for the threads started from here on (the encoder's stage thread among them).
   // A thread other than the first gets an arena of its own whose heaps are at most 64 MiB
