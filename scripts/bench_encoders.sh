@@ -53,7 +53,7 @@
 # rows: by default, each model's rows take its encoder at least RUN_SECONDS (10) at THREADS
 # threads on DEVICE, at the fastest of a few batches that export_torchvision.py times through
 # the module precompute runs (the short end of the 10-30 s; on the 2-core build VM 5
-# rounds took 12.3-13.9 minutes on Debian 12 and 13, and 20.5 with OPTIMIZED=1);
+# rounds took 12.3-14.0 minutes on Debian 12 and 13, and 20.5 with OPTIMIZED=1);
 # the output's second line says what it chose;
 # ROWS="mobilenet_v2=15360,resnet50=1344" fixes counts (multiples of 64) instead;
 # EXTRA="--opt ..." passes options to bench_precompute; THREADS=N the encoder's threads on both
