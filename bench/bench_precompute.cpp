@@ -179,18 +179,25 @@ int main(int argc, char** argv) {
     embcache::PrecomputeHooks hooks;
     hooks.serial = serial;
     // Each call's seconds, to tell a uniformly slower round from a few slow calls, and the thread
-    // times since the previous call's end (the call and the wait before it): did the encoder's
-    // threads wait for a core, and how much CPU did the stages take meanwhile. A sample costs
-    // about 0.14 ms (9 threads), counted in the run's wall: against embcache, never for it.
-    std::vector<double> run_calls, run_team_wait, run_stage_cpu;
-    bench::ThreadTimes last = bench::ThreadTimes::now();
+    // times inside each call and in the gap before it (since the previous call's end): did the
+    // encoder's threads wait for a core, and how much CPU did the stages take. The times inside
+    // a call compare with the encoder-only pass's, which are taken around its calls alone. A
+    // sample costs about 0.14 ms (9 threads), two per call, counted in the run's wall outside
+    // the calls' seconds: against embcache, never for it.
+    std::vector<double> run_calls, run_team_wait, run_stage_cpu, gap_team_wait, gap_stage_cpu;
+    bench::ThreadTimes last_end = bench::ThreadTimes::now(), call_start;
+    hooks.on_encoder_call_start = [&] {
+      call_start = bench::ThreadTimes::now();
+      const bench::ThreadTimes::Delta gap = call_start.since(last_end);
+      gap_team_wait.push_back(gap.team_wait);
+      gap_stage_cpu.push_back(gap.stage_run);
+    };
     hooks.on_encoder_call = [&](std::int64_t, double seconds) {
-      bench::ThreadTimes now = bench::ThreadTimes::now();
-      const bench::ThreadTimes::Delta d = now.since(last);
-      last = std::move(now);
+      last_end = bench::ThreadTimes::now();
+      const bench::ThreadTimes::Delta inside = last_end.since(call_start);
       run_calls.push_back(seconds);
-      run_team_wait.push_back(d.team_wait);
-      run_stage_cpu.push_back(d.stage_run);
+      run_team_wait.push_back(inside.team_wait);
+      run_stage_cpu.push_back(inside.stage_run);
     };
     const bench::HostLoad run_load;
     const embcache::PrecomputeSummary summary = embcache::run_precompute(plan, hooks);
@@ -226,6 +233,8 @@ int main(int argc, char** argv) {
     j["encoder_only_call_seconds"] = alone_calls;
     j["encoder_call_team_wait_seconds"] = run_team_wait;
     j["encoder_call_stage_cpu_seconds"] = run_stage_cpu;
+    j["encoder_gap_team_wait_seconds"] = gap_team_wait;
+    j["encoder_gap_stage_cpu_seconds"] = gap_stage_cpu;
     j["encoder_only_call_team_wait_seconds"] = alone_team_wait;
     j["host_during_run"] = host_during_run;
     j["encoder_only_seconds"] = alone;

@@ -30,8 +30,9 @@
 # behaviour); encoder-only is the third copy in bench_precompute's process (docs/precompute.md).
 # Prints the medians (min-max) and the ratios the issue's targets are about, then each round with
 # what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
-# outside interference, then each round's encoder calls: slow calls in the run and alone, and
-# whether the encoder's threads waited for a core in them (bench/thread_times.hpp).
+# outside interference, then each round's encoder calls: slow calls in the run and alone,
+# whether the encoder's threads waited for a core in them, and the stages' CPU inside the calls
+# and in the gaps between them (bench/thread_times.hpp).
 #   BRACKET=1      times the encoder alone before each run as well as after it, and takes the
 #                  mean of the two as encoder-only (and prints, per round, what the machine did
 #                  during the pass before): a drift of the machine's speed that is linear
@@ -184,14 +185,18 @@ if any("encoder_only_before_seconds" in json.load(open(f"{work}/{m}-run-1.json")
                   f"  {host(run.get('host_during_encoder_only_before')):>38}")
 print()
 print("per round, the encoder's calls after its first two (bench_precompute: encoder_call_seconds,")
-print("thread_times.hpp): median ms in the run and alone; slow calls, over 1.3x the median alone; and in")
-print("the run's slow calls, the ms per call that the encoder's threads waited for a core and that the")
-print("stages ran (since the call before). Slow calls with no wait ran on both cores the whole call.")
-print(f"{'model':14} {'round':>5}  {'median run/alone':>17}  {'slow run/alone':>14}  {'team wait, all calls run/alone':>31}  {'slow calls: wait, stages':>25}")
+print("thread_times.hpp): median ms in the run and alone; slow calls, over 1.3x the median alone; the ms")
+print("that the encoder's threads waited for a core inside the calls, run and alone; the stages' CPU ms")
+print("inside the run's calls and in the gaps between them, and the team's wait in those gaps (its")
+print("wake-up); and in the run's slow calls, the ms per call that the team waited and the stages ran.")
+print("Slow calls with no wait ran on both cores the whole call.")
+print(f"{'model':14} {'round':>5}  {'median run/alone':>17}  {'slow run/alone':>14}  {'team wait in calls run/alone':>29}"
+      f"  {'stages in calls/gaps':>20}  {'gap wait':>8}  {'slow calls: wait, stages':>25}")
+ms = lambda values: f"{1e3 * sum(values):.0f}"
 for m in models:
     for r in range(1, repeats + 1):
         run = json.load(open(f"{work}/{m}-run-{r}.json"))
-        if "encoder_call_team_wait_seconds" not in run:
+        if "encoder_gap_stage_cpu_seconds" not in run:  # from before the call-start hook
             continue
         calls, alone = run["encoder_call_seconds"][2:], run["encoder_only_call_seconds"][2:]
         if not calls or not alone:
@@ -200,11 +205,12 @@ for m in models:
         slow = [i for i, s in enumerate(calls) if s > 1.3 * typical]
         slow_alone = sum(s > 1.3 * typical for s in alone)
         wait, stages = run["encoder_call_team_wait_seconds"][2:], run["encoder_call_stage_cpu_seconds"][2:]
+        gap_wait, gap_stages = run["encoder_gap_team_wait_seconds"][2:], run["encoder_gap_stage_cpu_seconds"][2:]
         in_slow = (f"{1e3 * statistics.mean(wait[i] for i in slow):5.1f}, {1e3 * statistics.mean(stages[i] for i in slow):5.1f}"
                    if slow else "-")
-        team = f"{1e3 * sum(wait):7.0f} / {1e3 * sum(run['encoder_only_call_team_wait_seconds'][2:]):5.0f} ms"
+        team = f"{ms(wait):>7} / {ms(run['encoder_only_call_team_wait_seconds'][2:]):>5} ms"
         print(f"{m:14} {r:5}  {1e3 * statistics.median(calls):7.1f} / {1e3 * typical:6.1f}  {len(slow):6} / {slow_alone:5}"
-              f"  {team:>31}  {in_slow:>25}")
+              f"  {team:>29}  {ms(stages) + ' / ' + ms(gap_stages) + ' ms':>20}  {ms(gap_wait) + ' ms':>8}  {in_slow:>25}")
 if optimized:
     print()
     print("--optimize (frozen and optimised for inference), the same runs; py forward is the plain module's:")

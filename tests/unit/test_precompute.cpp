@@ -184,6 +184,31 @@ TEST_CASE("the stage threads carry names, so top -H and perf tell them from the 
   }
 }
 
+TEST_CASE("the call-start hook runs once before each encoder call, outside the call's seconds") {
+  // The benchmark splits thread times at these two hooks; a start without its end (or an end
+  // without its start) would credit one call's times to another, and a sample inside the call's
+  // clock would be charged to the encoder.
+  Setup s;
+  std::string order;
+  std::int64_t crops = 0;
+  std::chrono::steady_clock::time_point start_hook_end;
+  PrecomputeHooks hooks;
+  hooks.on_encoder_call_start = [&] {
+    order += 's';
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    start_hook_end = std::chrono::steady_clock::now();
+  };
+  hooks.on_encoder_call = [&](std::int64_t batch, double seconds) {
+    order += 'e';
+    crops += batch;
+    CHECK(seconds <= std::chrono::duration<double>(std::chrono::steady_clock::now() - start_hook_end).count());
+  };
+  const PrecomputeSummary summary = precompute(s.options(), hooks);
+  CHECK(crops == 24);
+  REQUIRE(order.size() == 2 * std::size_t(summary.encoder_calls));
+  for (std::size_t i = 0; i < order.size(); i += 2) CHECK(order.substr(i, 2) == "se");
+}
+
 TEST_CASE("new windows are computed, old ones skipped") {
   Setup s;
   testing::ArrayDatasetSpec spec;

@@ -101,6 +101,7 @@ bool EncodeStage::fill(std::vector<CropItem>& pending, std::size_t n) {
 }
 
 EncoderOutput EncodeStage::call(const at::Tensor& batch) {
+  if (settings_.on_call_start) settings_.on_call_start();
   const auto t0 = Clock::now();
   if (!stats.first_call_start) stats.first_call_start = t0;
   EncoderOutput out;

@@ -32,6 +32,7 @@ class EncodeStage {
     LayoutOptions layout;                     // how outputs become levels (tokens, channels-last, time)
     StorageDtype dtype = StorageDtype::kFloat32;  // to judge light or heavy by stored bytes
     std::function<void(std::int64_t batch, double seconds)> on_call;  // precompute.hpp's on_encoder_call
+    std::function<void()> on_call_start;                              // and on_encoder_call_start
   };
   // Time and calls of the encoder in this run (batch-size trials included).
   struct Stats {

@@ -271,7 +271,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   prep.batch_slots = plan.max_batch();
   prep.kept_batches = Queues::kBatchesHeld;
   EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.layout, plan.storage.dtype,
-                               hooks.on_encoder_call};
+                               hooks.on_encoder_call, hooks.on_encoder_call_start};
   Stages stages{
       PrepStage(queues.raw, queues.crops, windows, std::move(prep), store.committed(), priority),
       IoStage(*source, queues.raw, queues.rows, store, context, priority, progress, stages.prep.skipped),

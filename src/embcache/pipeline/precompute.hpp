@@ -14,6 +14,9 @@ namespace embcache {
 struct PrecomputeHooks {
   // After each encoder call: its batch size and seconds (tests count calls, the benchmark times them).
   std::function<void(std::int64_t batch, double seconds)> on_encoder_call;
+  // Just before each encoder call, outside its seconds (the benchmark splits thread times into
+  // inside the calls and between them).
+  std::function<void()> on_encoder_call_start;
   // Run the stages one after another in this thread, every queue unbounded: the whole dataset's
   // crops and features are held in memory at once, so only for tests, which check that both
   // executors write the same cache.
