@@ -1,9 +1,11 @@
 // Benchmark for `precompute`: one run through the real pipeline (the same code as the CLI),
 // the same batches through a freshly loaded copy of the encoder alone (no I/O, warm-up
 // included as in the run; --warm-up-input pays the process's one-time costs before both), and
-// plain HDF5 write speed measured in the same process as the yardstick. Prints one JSON
-// object, with what the machine did during the run and the encoder-only pass (host_load.hpp);
-// scripts/bench_precompute.sh drives it. Not a test: it asserts nothing.
+// plain HDF5 write speed measured in the same process as the yardstick. The encoder alone runs
+// after the run, or in two passes around it (--alone-before-batches, --alone-after-batches;
+// alone_seconds). Prints one JSON object, with what the machine did during the run and the
+// encoder-only passes (host_load.hpp); scripts/bench_precompute.sh and
+// scripts/bench_encoders.sh drive it. Not a test: it asserts nothing.
 #include <ATen/ATen.h>
 #include <ATen/Parallel.h>
 #include <CLI/CLI.hpp>
@@ -59,10 +61,35 @@ struct AlonePass {
   std::int64_t batches = 0;
 };
 
-// The pass that matches a finished run: its batches, shape and optimisation.
-AlonePass alone_pass_of(const embcache::PrecomputeSummary& run) {
-  return {run.encoder_optimized, run.batch_size, run.input_shape,
-          (run.crops_computed + run.batch_size - 1) / run.batch_size};
+// The number of batches a finished run encoded.
+std::int64_t batches_of(const embcache::PrecomputeSummary& run) {
+  return (run.crops_computed + run.batch_size - 1) / run.batch_size;
+}
+
+// The pass that matches a finished run: its shape and optimisation, and `batches` batches (the
+// run's when 0).
+AlonePass alone_pass_of(const embcache::PrecomputeSummary& run, std::int64_t batches) {
+  return {run.encoder_optimized, run.batch_size, run.input_shape, batches > 0 ? batches : batches_of(run)};
+}
+
+// The encoder alone for `batches` batches (the run's), from one or more passes of a fresh copy
+// each. A pass's first two calls pay its copy's warm-up (TorchScript profiling and optimisation),
+// as the run's first two did, so they count once: the mean of the passes' first two. The later
+// calls of all passes are pooled, and their mean stands for each of the run's later batches.
+// One pass of the run's batches gives its own sum; two give the mean of their sums. Passes
+// before and after the run, half its batches each, take no longer than one pass after it and
+// cancel a drift of the machine's speed that is linear in time.
+double alone_seconds(const std::vector<const std::vector<double>*>& passes, std::int64_t batches) {
+  double first_two = 0, later = 0;
+  std::size_t later_calls = 0;
+  for (const std::vector<double>* calls : passes) {
+    const std::size_t head = std::min<std::size_t>(2, calls->size());
+    first_two += std::accumulate(calls->begin(), calls->begin() + std::ptrdiff_t(head), 0.0) / double(passes.size());
+    later += std::accumulate(calls->begin() + std::ptrdiff_t(head), calls->end(), 0.0);
+    later_calls += calls->size() - head;
+  }
+  const std::int64_t later_batches = std::max<std::int64_t>(0, batches - 2);
+  return first_two + (later_calls > 0 ? later / double(later_calls) * double(later_batches) : 0.0);
 }
 
 // The pass's batches through the encoder alone, with no I/O (after the run: the same number of
@@ -142,8 +169,13 @@ int main(int argc, char** argv) {
   std::int64_t before_batches = 0;
   app.add_option("--alone-before-batches", before_batches,
                  "N: also time the encoder alone before the run, N batches of --warm-up-input's shape (the "
-                 "run's); encoder_only_seconds is then the mean of the passes before and after the run, "
-                 "which cancels a drift of the machine's speed that is linear in time")
+                 "run's); encoder_only_seconds then comes from the passes before and after the run "
+                 "(alone_seconds), which cancels a drift of the machine's speed that is linear in time")
+      ->check(CLI::NonNegativeNumber);
+  std::int64_t after_batches = 0;
+  app.add_option("--alone-after-batches", after_batches,
+                 "N: batches of the pass after the run (default: the run's); with --alone-before-batches, "
+                 "half the run's each time no more than one pass after it")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (before_batches > 0 && warm_up_input.empty()) {
@@ -209,23 +241,26 @@ int main(int argc, char** argv) {
     }
     const bench::HostLoad alone_load;
     std::vector<double> alone_team_wait;
-    const AlonePass after = alone_pass_of(summary);
+    const AlonePass after = alone_pass_of(summary, after_batches);
     const std::vector<double> alone_calls = encoder_only_call_seconds(plan, after, &alone_team_wait);
     j["host_during_encoder_only"] = alone_load.since_start();
-    double alone = std::accumulate(alone_calls.begin(), alone_calls.end(), 0.0);
+    const std::int64_t run_batches = batches_of(summary);
+    double alone = alone_seconds({&alone_calls}, run_batches);
     if (!before_calls.empty()) {
-      if (before_batches != after.batches || plan.max_batch() != after.batch_size) {
-        std::fprintf(stderr, "bench: the pass before the run had %lld batches of %lld, the run %lld of %lld: "
-                     "the mean of the two passes is not the run's work\n", (long long)before_batches,
-                     (long long)plan.max_batch(), (long long)after.batches, (long long)after.batch_size);
+      if (plan.max_batch() != after.batch_size) {
+        std::fprintf(stderr, "bench: the pass before the run had batches of %lld, the run of %lld: the passes "
+                     "do not time the run's work\n", (long long)plan.max_batch(), (long long)after.batch_size);
       }
-      const double before = std::accumulate(before_calls.begin(), before_calls.end(), 0.0);
-      j["encoder_only_before_seconds"] = before;
-      j["encoder_only_after_seconds"] = alone;
+      // Each pass's own sum, and the estimate from each alone: what the drift would have made of
+      // a pass on one side only.
+      j["encoder_only_before_seconds"] = std::accumulate(before_calls.begin(), before_calls.end(), 0.0);
+      j["encoder_only_after_seconds"] = std::accumulate(alone_calls.begin(), alone_calls.end(), 0.0);
+      j["encoder_only_seconds_before_only"] = alone_seconds({&before_calls}, run_batches);
+      j["encoder_only_seconds_after_only"] = alone;
       j["encoder_only_before_call_seconds"] = before_calls;
       j["encoder_only_before_call_team_wait_seconds"] = before_team_wait;
       j["host_during_encoder_only_before"] = host_during_before;
-      alone = 0.5 * (before + alone);
+      alone = alone_seconds({&before_calls, &alone_calls}, run_batches);
     }
     const std::size_t first_two = std::min<std::size_t>(2, alone_calls.size());
     const double first_calls = std::accumulate(alone_calls.begin(), alone_calls.begin() + first_two, 0.0);

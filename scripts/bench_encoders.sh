@@ -33,24 +33,29 @@
 # outside interference, then each round's encoder calls: slow calls in the run and alone,
 # whether the encoder's threads waited for a core in them, and the stages' CPU inside the calls
 # and in the gaps between them (bench/thread_times.hpp).
-#   BRACKET=1      times the encoder alone before each run as well as after it, and takes the
-#                  mean of the two as encoder-only (and prints, per round, what the machine did
-#                  during the pass before): a drift of the machine's speed that is linear
-#                  in time then cancels out of enc/only and wall/only (about 3 minutes more; the
-#                  run is then the third copy of the encoder in its process, not the second). A
-#                  diagnostic: the pass before ran 2-7% slower than the pass after for every
-#                  model while each pass had a heap of its own (docs/precompute.md), so the mean
-#                  flattered the run by 1-4%; with one heap, before / after had a median of
-#                  1.017 over 20 rounds of the four models on Debian 12, but 1.159 for
-#                  MobileNetV2 on Debian 13 (1.002-1.012 for the other three there), and about 3
-#                  minutes more takes the whole benchmark past 15 minutes (15.3 and 16.5)
+#   BRACKET        where the encoder alone is timed in bench_precompute's process. half (the
+#                  default): a pass before the run and a pass after it, each of about half the
+#                  run's batches (at least 3), the same work in all as one pass after it (a
+#                  few tenths of a second more: a second copy's load and warm-up); encoder-only
+#                  is then bench_precompute's alone_seconds of the two (each pass's first two
+#                  calls pay its copy's warm-up and count once, as the mean of the two; the
+#                  later calls are pooled). The machine's speed drifts: on the 2-core build VM
+#                  the same process's passes alone, one after another, took 100-122 ms per
+#                  MobileNetV2 call, so a pass on one side of the run measures the machine up
+#                  to ten seconds away from it, and a drift that is linear in time cancels only
+#                  out of a pass on each side. 0: one pass after the run (the default until
+#                  stop 54). 1: a whole pass before and after (about 3 minutes more, past 15
+#                  minutes). With a pass before, the run is the third copy of the encoder in its
+#                  process, not the second; the table also prints enc/after and wall/after
+#                  (what the pass after alone would have given) and per round what the machine
+#                  did during the pass before.
 #   OPTIMIZED=1    adds the same run with --optimize (frozen and optimised for inference): its
 #                  encoder-only, encoder_seconds and wall, and the difference from the plain
 #                  encoder that the run measured (max over outputs of max |optimised - plain| /
 #                  max |plain|)
 # Usage: scripts/bench_encoders.sh [WORK_DIR]; REPEATS=N (default 5); ONLY=name,name; OPTIMIZED=1
-# adds the --optimize runs (about 6 minutes more); BRACKET=1, FORWARD_LOOP=1 and PEER_HUGE_PAGES=0
-# (above);
+# adds the --optimize runs (about 6 minutes more); BRACKET=half|0|1, FORWARD_LOOP=1 and
+# PEER_HUGE_PAGES=0 (above);
 # rows: by default, each model's rows take its encoder at least RUN_SECONDS (10) at THREADS
 # threads on DEVICE, at the fastest of a few batches that export_torchvision.py times through
 # the module precompute runs (the short end of the issue's 10-30 s; on the 2-core build VM 5
@@ -80,6 +85,7 @@ OPTIMIZED=${OPTIMIZED:-0}
 THREADS=${THREADS:-2}
 DEVICE=${DEVICE:-cpu}
 PY_MODE=script
+[[ ${BRACKET:-half} =~ ^(half|0|1)$ ]] || { echo "bench_encoders: BRACKET is half, 0 or 1, not ${BRACKET}" >&2; exit 2; }
 [[ ${FORWARD_LOOP:-0} == 1 ]] && PY_MODE=both
 B=$BUILD/bench/bench_precompute
 export EMBCACHE_HASH_MEMO=${HASH_MEMO:-$WORK/hash-memo}
@@ -112,8 +118,13 @@ echo "python's heap: malloc off mmap${PEER_TUNABLES:+, huge pages (GLIBC_TUNABLE
 for round in $(seq "$REPEATS"); do
   for m in "${MODELS[@]}"; do
     read -r name enc data size count _ <<<"$m"
-    bracket=()
-    [[ ${BRACKET:-0} == 1 ]] && bracket=(--alone-before-batches $(((count + 63) / 64)))
+    batches=$(((count + 63) / 64)) bracket=()
+    case ${BRACKET:-half} in
+      half) before=$(((batches + 1) / 2 > 3 ? (batches + 1) / 2 : 3))
+            bracket=(--alone-before-batches "$before" --alone-after-batches $((batches - before > 3 ? batches - before : 3))) ;;
+      1) bracket=(--alone-before-batches "$batches") ;;
+      0) ;;
+    esac
     sync
     "$B" --encoder "$enc" --dataset "$data" --out "$WORK/out-$name.h5" --levels 2,3 --dtype float16 --batch-size 64 \
       --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" "${bracket[@]}" ${EXTRA:-} >"$WORK/$name-run-$round.json"
@@ -144,17 +155,27 @@ def difference(m, kind, r):
 def optimised(m, kind):
     differences = [difference(m, kind, r) for r in range(1, repeats + 1)]
     return "no" if None in differences else f"yes ({max(differences):.1e})"
+bracketed = all("encoder_only_seconds_after_only" in json.load(open(f"{work}/{m}-run-{r}.json"))
+                for m in models for r in range(1, repeats + 1))
 print(f"{'model':14} " + " ".join(f"{c:>20}" for c in cols) +
-      "   enc/only  wall/only  wall/pyfwd  wall/pyscript  slow mode (enc max/min)  py fwd max/min  optimised (max rel. difference)")
+      "   enc/only  wall/only  wall/pyfwd  wall/pyscript  slow mode (enc max/min)  py fwd max/min  optimised (max rel. difference)" +
+      ("  enc/after  wall/after" if bracketed else ""))
 for m in models:
     only, enc = series(m, "run", "encoder_only_seconds"), series(m, "run", "encoder_seconds")
     wall, fwd, script = series(m, "run", "seconds"), series(m, "py", "forward_seconds"), series(m, "py", "seconds")
     med = statistics.median
+    after = ""
+    if bracketed:
+        after_only = series(m, "run", "encoder_only_seconds_after_only")
+        after = f"  {med(enc) / med(after_only):9.3f}  {med(wall) / med(after_only):10.3f}"
     print(f"{m:14} " + " ".join(f"{cell(v):>20}" for v in (only, enc, wall, fwd, script)) +
           f"   {med(enc) / med(only):8.3f}  {med(wall) / med(only):9.3f}  {med(wall) / med(fwd):10.3f}"
-          f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):23.3f}  {max(fwd) / min(fwd):14.3f}  {optimised(m, 'run')}")
+          f"  {med(wall) / med(script):13.3f}  {max(enc) / min(enc):23.3f}  {max(fwd) / min(fwd):14.3f}  {optimised(m, 'run')}" + after)
 print("targets: enc/only <= 1.05, wall/only <= 1.10, wall/pyfwd <= 1.10, wall/pyscript < 1, slow mode <= 1.15")
 print("py fwd max/min: the same spread of the Python loop's forward calls (the machine's own noise)")
+if bracketed:
+    print("encoder-only: passes before and after each run (BRACKET); enc/after and wall/after: against the pass")
+    print("after the run alone, scaled to the run's batches (what BRACKET=0 measures)")
 print()
 print("per round, what the machine did meanwhile (host_load.hpp): seconds, then the process's CPU seconds")
 print("(sys: the part spent in the kernel), the VM's steal seconds (its CPUs given to others by the")
@@ -172,21 +193,26 @@ for m in models:
                  f"{run['encoder_only_seconds']:6.2f} {host(run.get('host_during_encoder_only'))}",
                  f"{py['seconds']:6.2f} {host(py.get('host'))}"]
         print(f"{m:14} {r:5}  " + "  ".join(f"{c:>45}" for c in cells))
-if any("encoder_only_before_seconds" in json.load(open(f"{work}/{m}-run-1.json")) for m in models):
+if bracketed:
     print()
-    print("BRACKET=1: the encoder alone before and after each run; encoder-only above is their mean")
-    print("(host: what the machine did during the pass before, as in the table above)")
-    print(f"{'model':14} {'round':>5}  {'before':>7} {'in run':>7} {'after':>7}  {'run/before':>10} {'run/after':>9} {'run/mean':>8}  {'host during the pass before':>38}")
+    print("BRACKET: the encoder alone before and after each run: median ms per call after a pass's first two,")
+    print("and the run's encoder seconds over the estimate from the pass before alone, the pass after alone")
+    print("and both (host: what the machine did during the pass before, as in the table above)")
+    print(f"{'model':14} {'round':>5}  {'before':>7} {'in run':>7} {'after':>7}  {'run/before':>10} {'run/after':>9} {'run/both':>8}  {'host during the pass before':>38}")
     for m in models:
         for r in range(1, repeats + 1):
             run = json.load(open(f"{work}/{m}-run-{r}.json"))
-            b, a, e = run["encoder_only_before_seconds"], run["encoder_only_after_seconds"], run["encoder_seconds"]
-            print(f"{m:14} {r:5}  {b:7.2f} {e:7.2f} {a:7.2f}  {e / b:10.3f} {e / a:9.3f} {e / (0.5 * (a + b)):8.3f}"
+            per_call = lambda key: 1e3 * statistics.median(run[key][2:] or run[key])
+            e = run["encoder_seconds"]
+            print(f"{m:14} {r:5}  {per_call('encoder_only_before_call_seconds'):7.1f} {per_call('encoder_call_seconds'):7.1f}"
+                  f" {per_call('encoder_only_call_seconds'):7.1f}  {e / run['encoder_only_seconds_before_only']:10.3f}"
+                  f" {e / run['encoder_only_seconds_after_only']:9.3f} {e / run['encoder_only_seconds']:8.3f}"
                   f"  {host(run.get('host_during_encoder_only_before')):>38}")
 print()
 print("per round, the encoder's calls after its first two (bench_precompute: encoder_call_seconds,")
-print("thread_times.hpp): median ms in the run and alone; slow calls, over 1.3x the median alone; the ms")
-print("that the encoder's threads waited for a core inside the calls, run and alone; the stages' CPU ms")
+print("thread_times.hpp): median ms in the run and alone (alone: the calls after the first two of each")
+print("pass); slow calls, over 1.3x the median alone; the ms that the encoder's threads waited for a core")
+print("inside the calls, run and alone (alone scaled to the run's calls); the stages' CPU ms")
 print("inside the run's calls and in the gaps between them, and the team's wait in those gaps (its")
 print("wake-up); and in the run's slow calls, the ms per call that the team waited and the stages ran.")
 print("Slow calls with no wait ran on both cores the whole call.")
@@ -198,7 +224,10 @@ for m in models:
         run = json.load(open(f"{work}/{m}-run-{r}.json"))
         if "encoder_gap_stage_cpu_seconds" not in run:  # from before the call-start hook
             continue
-        calls, alone = run["encoder_call_seconds"][2:], run["encoder_only_call_seconds"][2:]
+        calls = run["encoder_call_seconds"][2:]
+        # The encoder alone: the calls after each pass's first two, of both passes where there are two
+        alone = run.get("encoder_only_before_call_seconds", [])[2:] + run["encoder_only_call_seconds"][2:]
+        alone_wait = run.get("encoder_only_before_call_team_wait_seconds", [])[2:] + run["encoder_only_call_team_wait_seconds"][2:]
         if not calls or not alone:
             continue
         typical = statistics.median(alone)
@@ -208,7 +237,8 @@ for m in models:
         gap_wait, gap_stages = run["encoder_gap_team_wait_seconds"][2:], run["encoder_gap_stage_cpu_seconds"][2:]
         in_slow = (f"{1e3 * statistics.mean(wait[i] for i in slow):5.1f}, {1e3 * statistics.mean(stages[i] for i in slow):5.1f}"
                    if slow else "-")
-        team = f"{ms(wait):>7} / {ms(run['encoder_only_call_team_wait_seconds'][2:]):>5} ms"
+        # the alone passes' waits scaled to the run's number of calls
+        team = f"{ms(wait):>7} / {ms([w * len(calls) / len(alone) for w in alone_wait]):>5} ms"
         print(f"{m:14} {r:5}  {1e3 * statistics.median(calls):7.1f} / {1e3 * typical:6.1f}  {len(slow):6} / {slow_alone:5}"
               f"  {team:>29}  {ms(stages) + ' / ' + ms(gap_stages) + ' ms':>20}  {ms(gap_wait) + ' ms':>8}  {in_slow:>25}")
 if optimized:
