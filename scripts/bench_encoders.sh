@@ -40,10 +40,10 @@
 #                  is then bench_precompute's alone_seconds of the two (each pass's first two
 #                  calls pay its copy's warm-up and count once, as the mean of the two; the
 #                  later calls are pooled). The machine's speed drifts: on the 2-core build VM
-#                  the same process's passes alone, one after another, took 100-122 ms per
-#                  MobileNetV2 call, so a pass on one side of the run measures the machine up
-#                  to ten seconds away from it, and a drift that is linear in time cancels only
-#                  out of a pass on each side. 0: one pass after the run (the default until
+#                  one process's passes alone took 96-120 ms per MobileNetV2 call (medians),
+#                  so a pass on one side of the run measures the machine up to ten seconds
+#                  away from it, and a drift that is linear in time cancels only out of a
+#                  pass on each side. 0: one pass after the run (the default until
 #                  stop 54). 1: a whole pass before and after (about 3 minutes more, past 15
 #                  minutes). With a pass before, the run is the third copy of the encoder in its
 #                  process, not the second; the table also prints enc/after and wall/after
