@@ -174,8 +174,8 @@ int main(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   std::int64_t after_batches = 0;
   app.add_option("--alone-after-batches", after_batches,
-                 "N: batches of the pass after the run (default: the run's); with --alone-before-batches, "
-                 "half the run's each time no more than one pass after it")
+                 "N: batches of the pass after the run (default: the run's). With --alone-before-batches, "
+                 "half the run's batches on each side take as long as one whole pass after it")
       ->check(CLI::NonNegativeNumber);
   CLI11_PARSE(app, argc, argv);
   if (before_batches > 0 && warm_up_input.empty()) {
