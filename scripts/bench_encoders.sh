@@ -4,8 +4,9 @@
 # weights (the time of a forward call does not depend on them), 4 taps each, levels 2 and 3
 # stored as float16, batch 64, --threads 2 (THREADS), uint8 inputs of 96-128 px. Per architecture, in
 # REPEATS interleaved rounds:
-#   encoder-only   the same batches through a fresh copy of the encoder in the same process
-#                  (bench_precompute: warm-up included, as in the run)
+#   encoder-only   the same batches through fresh copies of the encoder in the same process,
+#                  half before the run and half after it (BRACKET, below; bench_precompute:
+#                  warm-up included, as in the run)
 #   enc in run     precompute's encoder_seconds;  wall: precompute's wall time (out of the box:
 #                  the encoder as loaded)
 #   py script      scripts/encoder_loop.py --mode script: the whole serial script a user would
@@ -27,7 +28,9 @@
 # heap the warm-up grew (one allocator scope spans bench_precompute's passes; the peer keeps its
 # freed memory too): each side pays its process's first touch of that memory once. Known
 # bias: a third copy in one process pays more in its first calls than a second (LibTorch's own
-# behaviour); encoder-only is the third copy in bench_precompute's process (docs/precompute.md).
+# behaviour); with BRACKET=half the run is the third copy in bench_precompute's process and the
+# passes alone the second and fourth (BRACKET=0: the run the second, encoder-only the third;
+# docs/precompute.md).
 # Prints the medians (min-max) and the ratios the issue's targets are about, then each round with
 # what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
 # outside interference, then each round's encoder calls: slow calls in the run and alone,
