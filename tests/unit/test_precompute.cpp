@@ -15,6 +15,7 @@
 #include <exception>
 #include <filesystem>
 #include <fstream>
+#include <mutex>
 #include <optional>
 #include <set>
 #include <stdexcept>
@@ -447,6 +448,35 @@ TEST_CASE("a second writer is refused while the first holds the lock") {
   CacheStore first(s.cache, reader.signature(), reader.label_kinds(), reader.storage(), CommitPolicy{}, false);
   const std::string message = error_of<IoError>(s.options());
   REQUIRE(contains(message, "being written by another embcache process"));
+}
+
+TEST_CASE("shards opening and closing at once never lose their folder to each other's clean-up") {
+  // A shard that ends with nothing left removes CACHE.runs when it is empty. Another shard's
+  // store creates CACHE.runs and then its own folder in it: a removal between the two once
+  // failed that shard with "cannot create ...: No such file or directory" (CI, e2e_scale).
+  Setup s;
+  count_calls(s.options());
+  const StoreArgs args{CacheReader(s.cache)};
+  const std::string fresh = s.dir.file("fresh.h5");
+  std::atomic<int> failures{0};
+  std::string first_failure;
+  std::mutex failure_mutex;
+  auto open_and_close = [&](const std::string& shard) {
+    for (int i = 0; i < 500 && failures.load() == 0; ++i) {
+      try {
+        CacheStore store(fresh, args.signature, args.kinds, args.storage, CommitPolicy{}, false, shard);
+      } catch (const std::exception& e) {
+        const std::lock_guard<std::mutex> hold(failure_mutex);
+        if (failures++ == 0) first_failure = e.what();
+      }
+    }
+  };
+  std::thread a(open_and_close, "0/2");
+  std::thread b(open_and_close, "1/2");
+  a.join();
+  b.join();
+  CHECK_MESSAGE(failures.load() == 0, first_failure);
+  CHECK_FALSE(fs::exists(fresh + ".runs"));
 }
 
 TEST_CASE("signature mismatch names the differing fields; --overwrite rebuilds") {

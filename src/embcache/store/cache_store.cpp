@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <random>
+#include <thread>
 
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
@@ -94,6 +95,23 @@ std::vector<std::string> commit_records_in(const std::string& dir, bool remove_p
   std::vector<std::string> records;
   for (const auto& [number, file] : found) records.push_back(file);
   return records;
+}
+
+// A shard whose run ends with nothing left in its folder removes CACHE.runs when it is empty
+// (~CacheStore). If that falls between our creating CACHE.runs and our folder inside it, the
+// folder's mkdir finds no parent; if it falls between another shard's creating CACHE.runs and
+// our check that it is there, create_directories reports "File exists". Either way, create
+// both again, after a pause that grows, so that stores opened and closed in step (a test's
+// loop) fall out of step. A plain file in the way still fails every time.
+std::error_code create_run_dir(const std::string& dir) {
+  std::error_code ec;
+  for (int attempt = 0; attempt < 32; ++attempt) {
+    ec.clear();
+    fs::create_directories(dir, ec);
+    if (ec != std::errc::no_such_file_or_directory && ec != std::errc::file_exists) break;
+    std::this_thread::sleep_for(std::chrono::microseconds(50 * attempt));
+  }
+  return ec;
 }
 
 }  // namespace
@@ -184,8 +202,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
   }
   if (fs::is_directory(path_)) throw IoError(path_ + ": is a directory; --out must name a file");
   if (fs::exists(path_)) refuse_non_cache(path_);  // before anything is created beside it
-  std::error_code ec;
-  fs::create_directories(segments_dir_, ec);
+  std::error_code ec = create_run_dir(segments_dir_);
   if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message() + "; the cache's directory must be writable (choose another --out)");
   const std::string who = shard_ == "0/1" ? "the cache" : "shard " + shard_ + " of the cache";
   lock_ = std::make_unique<FileLock>(segments_dir_ + "/" + kOwnerLock,
@@ -363,8 +380,7 @@ StorageOptions CacheStore::building_storage() const {
 }
 
 void CacheStore::start_building() {
-  std::error_code ec;
-  fs::create_directories(segments_dir_, ec);
+  const std::error_code ec = create_run_dir(segments_dir_);
   if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message());
   // Only this run's rows: the cache's rows stay where they are. Built uncompressed: its chunks
   // are written whole by us, and committed chunks are never rewritten. A compressed cache's part
