@@ -26,6 +26,7 @@
 #include "embcache/core/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/file_hash_memo.hpp"
+#include "embcache/core/file_lock.hpp"
 #include "embcache/core/sha256.hpp"
 #include "embcache/encoder/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
@@ -477,6 +478,31 @@ TEST_CASE("shards opening and closing at once never lose their folder to each ot
   b.join();
   CHECK_MESSAGE(failures.load() == 0, first_failure);
   CHECK_FALSE(fs::exists(fresh + ".runs"));
+}
+
+TEST_CASE("--overwrite waits for an install in progress before it removes the cache") {
+  // An install holds CACHE.h5.lock while it links a part and renames a new view over the cache.
+  // An overwrite that removed the parts meanwhile left a view naming parts that were gone.
+  Setup s;
+  count_calls(s.options());
+  const StoreArgs args{CacheReader(s.cache)};
+  std::thread overwrite;
+  std::string failure;
+  {
+    const FileLock installing(s.cache + ".lock", FileLock::Wait{"unwritable", nullptr});
+    overwrite = std::thread([&] {
+      try {
+        CacheStore store(s.cache, args.signature, args.kinds, args.storage, CommitPolicy{}, true, "0/1");
+      } catch (const std::exception& e) {
+        failure = e.what();
+      }
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    CHECK(fs::exists(s.cache));
+  }
+  overwrite.join();
+  CHECK_MESSAGE(failure.empty(), failure);
+  CHECK_FALSE(fs::exists(s.cache));
 }
 
 TEST_CASE("signature mismatch names the differing fields; --overwrite rebuilds") {

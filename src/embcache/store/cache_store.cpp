@@ -216,11 +216,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
     if (fs::exists(path_)) refuse_non_cache(path_);
     for (const auto& record : commit_records_in(segments_dir_, true)) remove_quietly(record);
     remove_quietly(next_path_);
-    fs::remove_all(path_ + ".segments", ec);
-    fs::remove_all(parts_dir_of(path_), ec);
-    if (fs::exists(path_)) {
-      if (!fs::remove(path_, ec)) throw IoError("cannot remove " + path_ + ": " + ec.message());
-    }
+    remove_cache(path_);
   }
   check_existing();
   // This shard's interrupted run, and an older build's (which held CACHE.h5.lock for its whole run).

@@ -313,6 +313,16 @@ std::int64_t mark_shard_complete(const std::string& cache_path, const std::strin
   return 0;
 }
 
+void remove_cache(const std::string& cache_path) {
+  const FileLock lock = install_lock(cache_path);
+  std::error_code ec;
+  fs::remove_all(cache_path + ".segments", ec);
+  fs::remove_all(parts_dir_of(cache_path), ec);
+  if (fs::exists(cache_path) && !fs::remove(cache_path, ec)) {
+    throw IoError("cannot remove " + cache_path + ": " + ec.message());
+  }
+}
+
 std::int64_t copy_rows_to_file(const RowSource& source, const std::string& path, const Signature& signature,
                                const std::vector<LevelSpec>& levels, const LabelKinds& labels,
                                const StorageOptions& storage, bool complete, const std::string& content_id) {

@@ -50,6 +50,11 @@ struct CompactStats {
 // the same), and removes the part files. A cache of one file is left as it is.
 CompactStats compact_cache(const std::string& cache_path, bool fsync);
 
+// Removes the cache at `cache_path` (--overwrite): its file, its parts and an older build's
+// CACHE.h5.segments, under the install lock, so an install in progress finishes first and no
+// view is left naming parts that are gone. IoError when the file cannot be removed.
+void remove_cache(const std::string& cache_path);
+
 // Copies every row of `source` into a new file `path` with the given layout. `complete` and
 // `content_id` are recorded in it.
 std::int64_t copy_rows_to_file(const RowSource& source, const std::string& path, const Signature& signature,
