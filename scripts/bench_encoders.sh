@@ -30,7 +30,7 @@
 # bias: a third copy in one process pays more in its first calls than a second (LibTorch's own
 # behaviour); with BRACKET=half the run is the third copy in bench_precompute's process and the
 # passes alone the second and fourth (BRACKET=0: the run the second, encoder-only the third;
-# docs/precompute.md).
+# docs/performance-log.md, "Real architectures, earlier").
 # Prints the medians (min-max) and the ratios the issue's targets are about, then each round with
 # what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
 # outside interference, then each round's encoder calls: slow calls in the run and alone,

@@ -21,7 +21,7 @@ int depth = 0;
 // Address space, not memory: only the pages a run touches are ever backed. The same for every
 // encoder: sized from ViT-L/16's file (3.5 GB) on the build VM, its first call was 0.3-1.7 s
 // slower, and its load was faster only after a process that had used huge pages
-// (docs/precompute.md, "Huge pages for large encoders"). A reservation of 2 GiB or more also
+// (docs/performance-log.md, "Huge pages for large encoders"). A reservation of 2 GiB or more also
 // needs M_TRIM_THRESHOLD at -1, below.
 constexpr std::int64_t kHugePageReserveBytes = std::int64_t(1) << 30;
 

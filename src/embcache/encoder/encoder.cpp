@@ -66,7 +66,7 @@ const torch::jit::Graph* called_graph(const torch::jit::Node* node) {
 
 // Whether `block`, or a method or function it calls, has a node of `kind`: the calls are
 // followed where they are, each graph once. Inlining a copy of the whole graph and searching
-// that took 15-47 ms for the benchmark's four models (docs/precompute.md); this, under 0.3 ms.
+// that took 15-47 ms for the benchmark's four models (docs/performance-log.md); this, under 0.3 ms.
 bool runs_node(const torch::jit::Block* block, c10::Symbol kind, std::unordered_set<const torch::jit::Graph*>& seen) {
   for (const torch::jit::Node* node : block->nodes()) {
     if (node->kind() == kind) return true;

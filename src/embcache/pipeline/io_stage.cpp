@@ -19,7 +19,7 @@ IoStage::IoStage(WindowSource& source, RawQueue& raw, RowQueue& rows, CacheStore
   // Woken for each window the prep stage takes, the reader keeps pace with prep, which waits at
   // the stage gate while an encoder call runs. Refilling half the queue per wake-up (fewer
   // wake-ups) read bursts of windows past that gate, during calls; MobileNetV2's in run / alone
-  // was higher in the benchmark runs that followed, so it was taken back (docs/precompute.md).
+  // was higher in the benchmark runs that followed, so it was taken back (docs/performance-log.md).
   raw_.set_listener(wake);
   rows_.set_listener(wake);
 }
