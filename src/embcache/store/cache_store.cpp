@@ -202,7 +202,7 @@ CacheStore::CacheStore(std::string path, Signature wanted, LabelKinds labels,
   }
   if (fs::is_directory(path_)) throw IoError(path_ + ": is a directory; --out must name a file");
   if (fs::exists(path_)) refuse_non_cache(path_);  // before anything is created beside it
-  std::error_code ec = create_run_dir(segments_dir_);
+  const std::error_code ec = create_run_dir(segments_dir_);
   if (ec) throw IoError("cannot create " + segments_dir_ + ": " + ec.message() + "; the cache's directory must be writable (choose another --out)");
   const std::string who = shard_ == "0/1" ? "the cache" : "shard " + shard_ + " of the cache";
   lock_ = std::make_unique<FileLock>(segments_dir_ + "/" + kOwnerLock,
