@@ -159,6 +159,42 @@ TEST_CASE("encode stage alone: batches of the set size, a short last one padded 
   REQUIRE(stage.stats.input_shape == std::vector<std::int64_t>{3, 16, 16});
 }
 
+TEST_CASE("encode stage on a CPU: features leave in the stored type, in memory of their own") {
+  // No output of a call may be alive at the next (EncodeStage::own_rows says why): the levels
+  // handed on are copies in the stored type, not views of the encoder's outputs.
+  Encoder encoder(testing::fixture("multi_scripted.pt"), c10::Device(c10::kCPU), Amp::kNone);
+  CropQueue crops(kUnbounded);
+  EncodedQueue encoded(kUnbounded);
+  std::vector<at::Tensor> inputs;
+  for (int i = 0; i < 4; ++i) {
+    CropItem item;
+    item.key = CropKey{"g", "w" + std::to_string(i), Bounds{0, 0, 16, 16}};
+    item.input = at::randn({3, 16, 16});
+    inputs.push_back(item.input);
+    crops.push(std::move(item));
+  }
+  crops.close();
+  EncodeStage::Settings settings;
+  settings.batch_size = 4;
+  settings.dtype = StorageDtype::kFloat16;
+  settings.kept_batches = 2;
+  StagePriority priority(StageScheduling::kNormal);
+  RunContext context;
+  EncodeStage(crops, encoded, encoder, settings, priority, context).run();
+  const std::vector<EncodedBatch> batches = drain(encoded);
+  REQUIRE(batches.size() == 1);
+  const std::vector<LevelSpec> levels = context.levels();
+  const EncoderOutput alone = encoder.forward(at::stack(inputs));
+  for (std::size_t k = 0; k < levels.size(); ++k) {
+    CAPTURE(levels[k].name);
+    const at::Tensor& rows = batches[0].levels[k];
+    REQUIRE((rows.scalar_type() == at::kHalf));
+    REQUIRE(rows.is_contiguous());
+    REQUIRE(rows.storage().nbytes() == rows.nbytes());  // not a view into a larger output
+    REQUIRE(at::allclose(rows.to(at::kFloat), alone.levels[std::size_t(levels[k].index)].to(at::kHalf).to(at::kFloat)));
+  }
+}
+
 TEST_CASE("encode stage: the crops a batch lacks are waited for together, not one by one") {
   // A producer slower than the encoder: crops come one every 5 ms. Each wait for crops wakes the
   // encoder thread and its OpenMP team, so the encoder waits at most once per batch it fills

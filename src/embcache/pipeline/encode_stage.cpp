@@ -171,6 +171,19 @@ void EncodeStage::describe_levels(const EncoderOutput& out, const CropItem& firs
   context_.set_levels(specs_);
 }
 
+std::vector<at::Tensor> EncodeStage::own_rows(std::vector<at::Tensor> levels) {
+  if (settings_.device.is_cuda()) return levels;
+  if (level_rows_.size() < levels.size()) level_rows_.resize(levels.size(), TensorRecycler(settings_.kept_batches + 1));
+  for (std::size_t k = 0; k < levels.size(); ++k) {
+    const at::ScalarType type =
+        settings_.dtype == StorageDtype::kInt8 ? levels[k].scalar_type() : torch_type(settings_.dtype);
+    at::Tensor rows = level_rows_[k].take(levels[k].sizes(), type);
+    rows.copy_(levels[k]);
+    levels[k] = std::move(rows);
+  }
+  return levels;
+}
+
 bool EncodeStage::emit(std::vector<CropItem> items) {
   at::Tensor inputs = stack_inputs(items, 0, items.size());
   const std::int64_t n = inputs.size(0);
@@ -197,6 +210,7 @@ bool EncodeStage::emit(std::vector<CropItem> items) {
     }
     encoded.levels.push_back(t);
   }
+  encoded.levels = own_rows(std::move(encoded.levels));
   // Light or heavy, judged on the stored batches (the batch-size trials are not).
   std::int64_t feature_bytes = 0;
   for (const auto& t : encoded.levels) feature_bytes += t.numel() * std::int64_t(element_size(settings_.dtype));

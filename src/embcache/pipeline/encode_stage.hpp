@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "embcache/core/clock.hpp"
+#include "embcache/core/tensor_recycler.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/level_layout.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
@@ -30,7 +31,12 @@ class EncodeStage {
     int threads = 1;
     std::vector<std::string> level_request;  // empty = every level
     LayoutOptions layout;                     // how outputs become levels (tokens, channels-last, time)
-    StorageDtype dtype = StorageDtype::kFloat32;  // to judge light or heavy by stored bytes
+    // The stored type: features leave in it (own_rows), and light or heavy is judged by it.
+    StorageDtype dtype = StorageDtype::kFloat32;
+    // On a CPU, the batches of features alive at once after the encoder's (those queued for and
+    // held by the convert stage, queued for and held by the writer): the rows they are copied
+    // into are filled again once written (own_rows).
+    std::size_t kept_batches = 0;
     std::function<void(std::int64_t batch, double seconds)> on_call;  // precompute.hpp's on_encoder_call
     std::function<void()> on_call_start;                              // and on_encoder_call_start
   };
@@ -64,6 +70,15 @@ class EncodeStage {
   // Encodes one batch (a short last one padded to the full size) and pushes it on; false when
   // the encoded queue was closed.
   bool emit(std::vector<CropItem> items);
+  // On a CPU: the selected levels copied into rows of the stored type (int8: of the level's own
+  // float type, which quantisation reads), in memory recycled across batches, so that no output
+  // of this call is alive at the next. Alone, MobileNetV2's calls ran 3-4% slower while the last
+  // three batches' outputs were kept, as the queues kept them, than with each call's outputs
+  // freed before the next (docs/performance-log.md, "MobileNetV2's Debian 13 gap: the
+  // pipeline's memory, measured on a quiet hour", and "Features out of the encoder's memory").
+  // On a GPU the levels go on as they are: the convert stage converts them on the device, before
+  // they cross.
+  std::vector<at::Tensor> own_rows(std::vector<at::Tensor> levels);
   // Runs a wait for the queues with the encoder's OpenMP workers asleep (CPU only), and reports
   // its length to the stage priority (starved idle stages move to normal scheduling).
   void wait_cores_free(const std::function<void()>& wait);
@@ -84,6 +99,7 @@ class EncodeStage {
   std::vector<std::size_t> selected_;
   std::vector<LevelSpec> specs_;
   double last_call_seconds_ = 0;
+  std::vector<TensorRecycler> level_rows_;  // per stored level, CPU only
 };
 
 }  // namespace embcache

@@ -51,6 +51,9 @@ struct Queues {
   // worth of crops span one more than that, then the encoder's, the encoded ones and the one the
   // convert stage holds.
   static constexpr std::size_t kBatchesHeld = (kCropBatches + 1) + 1 + kEncodedBatches + 1;
+  // The most batches of features alive at once after the encoder's, bounded: the encoded queue's,
+  // the convert stage's, the row queue's and the one being written.
+  static constexpr std::size_t kFeatureBatchesHeld = kEncodedBatches + 1 + kRowQueueBatches + 1;
   RawQueue raw;
   CropQueue crops;
   EncodedQueue encoded;
@@ -271,7 +274,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   prep.batch_slots = plan.max_batch();
   prep.kept_batches = Queues::kBatchesHeld;
   EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.layout, plan.storage.dtype,
-                               hooks.on_encoder_call, hooks.on_encoder_call_start};
+                               Queues::kFeatureBatchesHeld, hooks.on_encoder_call, hooks.on_encoder_call_start};
   Stages stages{
       PrepStage(queues.raw, queues.crops, windows, std::move(prep), store.committed(), priority),
       IoStage(*source, queues.raw, queues.rows, store, context, priority, progress, stages.prep.skipped),
