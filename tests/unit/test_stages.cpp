@@ -29,6 +29,20 @@ std::vector<T> drain(BoundedQueue<T>& queue) {
   return items;
 }
 
+// `n` crops of random 3x16x16 inputs in a queue that is then closed; returns their inputs.
+std::vector<at::Tensor> push_crops(CropQueue& crops, int n) {
+  std::vector<at::Tensor> inputs;
+  for (int i = 0; i < n; ++i) {
+    CropItem item;
+    item.key = CropKey{"g", "w" + std::to_string(i), Bounds{0, 0, 16, 16}};
+    item.input = at::randn({3, 16, 16});
+    inputs.push_back(item.input);
+    crops.push(std::move(item));
+  }
+  crops.close();
+  return inputs;
+}
+
 RawWindow raw_window(std::size_t index, std::int64_t h, std::int64_t w, std::int64_t label) {
   RawWindow raw;
   raw.index = index;
@@ -119,15 +133,7 @@ TEST_CASE("encode stage alone: batches of the set size, a short last one padded 
   Encoder encoder(testing::fixture("multi_scripted.pt"), c10::Device(c10::kCPU), Amp::kNone);
   CropQueue crops(kUnbounded);
   EncodedQueue encoded(kUnbounded);
-  std::vector<at::Tensor> inputs;
-  for (int i = 0; i < 6; ++i) {
-    CropItem item;
-    item.key = CropKey{"g", "w" + std::to_string(i), Bounds{0, 0, 16, 16}};
-    item.input = at::randn({3, 16, 16});
-    inputs.push_back(item.input);
-    crops.push(std::move(item));
-  }
-  crops.close();
+  const std::vector<at::Tensor> inputs = push_crops(crops, 6);
   EncodeStage::Settings settings;
   settings.batch_size = 4;
   std::vector<std::int64_t> calls;
@@ -165,15 +171,7 @@ TEST_CASE("encode stage on a CPU: features leave in the stored type, in memory o
   Encoder encoder(testing::fixture("multi_scripted.pt"), c10::Device(c10::kCPU), Amp::kNone);
   CropQueue crops(kUnbounded);
   EncodedQueue encoded(kUnbounded);
-  std::vector<at::Tensor> inputs;
-  for (int i = 0; i < 4; ++i) {
-    CropItem item;
-    item.key = CropKey{"g", "w" + std::to_string(i), Bounds{0, 0, 16, 16}};
-    item.input = at::randn({3, 16, 16});
-    inputs.push_back(item.input);
-    crops.push(std::move(item));
-  }
-  crops.close();
+  const std::vector<at::Tensor> inputs = push_crops(crops, 4);
   EncodeStage::Settings settings;
   settings.batch_size = 4;
   settings.dtype = StorageDtype::kFloat16;
