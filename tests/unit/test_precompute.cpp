@@ -32,8 +32,10 @@
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/onednn_cache_view.hpp"
 #include "embcache/core/bounded_queue.hpp"
+#include "embcache/core/progress.hpp"
 #include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
+#include "embcache/pipeline/io_stage.hpp"
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_store.hpp"
@@ -1049,6 +1051,48 @@ TEST_CASE("idle stages wait while the encoder is inside a call, and go on when i
   normal.follow(normal_now);
   normal.encoder_call_ends();
   CHECK(normal_now);
+}
+
+TEST_CASE("the I/O stage's reads wait out an encoder call that starts between two of them") {
+  // A read burst (filling the window queue, or between the chunks of a write) that ran on into a
+  // call took slices of a core from the encoder's threads at SCHED_IDLE.
+  Setup s;
+  count_calls(s.options());
+  const StoreArgs args{CacheReader(s.cache)};
+  const std::unique_ptr<CacheStore> store = args.open(s.dir.file("fresh.h5"));
+  StagePriority priority(StageScheduling::kIdle);
+  // Four windows; the encoder's call starts while the second is read.
+  struct Source : WindowSource {
+    StagePriority& priority;
+    std::vector<WindowInfo> infos{4};
+    std::atomic<int> reads{0};
+    explicit Source(StagePriority& p) : priority(p) {}
+    const std::vector<WindowInfo>& windows() const override { return infos; }
+    std::int64_t channels() const override { return 3; }
+    LabelKinds label_kinds() const override { return {}; }
+    std::string describe() const override { return "four windows"; }
+    WindowData read(std::size_t index) override {
+      if (index == 1) priority.encoder_call_begins();
+      ++reads;
+      return {};
+    }
+  } source(priority);
+  RawQueue raw(8);
+  RowQueue rows(2);
+  RunContext context;
+  Progress progress("test", 4, Progress::Mode::kQuiet);
+  const std::atomic<std::int64_t> none{0};
+  IoStage io(source, raw, rows, *store, context, priority, progress, none);
+  std::thread stage([&] { io.run(); });
+  for (int i = 0; i < 1000 && source.reads.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  CHECK(source.reads.load() == 2);
+  priority.encoder_call_ends();
+  for (int i = 0; i < 200 && source.reads.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  CHECK(source.reads.load() == 4);
+  rows.close();
+  stage.join();
+  CHECK(io.finished);
 }
 
 TEST_CASE("an encoder that leaves cores free has nothing to share: under auto its stages run at normal scheduling, ungated") {

@@ -27,6 +27,10 @@ IoStage::IoStage(WindowSource& source, RawQueue& raw, RowQueue& rows, CacheStore
 void IoStage::read_ahead() {
   const auto& windows = source_.windows();
   while (!reading_done_ && !read_error_) {
+    // Each read, including those between the chunks of a write, waits out an encoder call, as
+    // the stages' items do: a read burst that ran on into a call took slices of a core from the
+    // encoder's threads at SCHED_IDLE, and stalled its parallel regions meanwhile.
+    priority_.follow(normal_now_);
     if (stop_requested() || next_window_ >= windows.size()) {
       raw_.close();
       reading_done_ = true;
@@ -84,11 +88,10 @@ void IoStage::wait_for_work() {
 
 void IoStage::run() {
   CpuLedger cpu(read_time);
-  bool normal_now = true;  // threads start at normal scheduling
-  priority_.follow(normal_now);
+  priority_.follow(normal_now_);
   h5::silence_errors_on_this_thread();
   while (!context_.failed()) {
-    priority_.follow(normal_now);
+    priority_.follow(normal_now_);
     read_ahead();
     if (auto rows = rows_.try_pop()) {
       write(*rows, cpu);

@@ -51,6 +51,7 @@ class IoStage {
   CacheStore& store_;
   RunContext& context_;
   const StagePriority& priority_;
+  bool normal_now_ = true;  // this thread's scheduling (threads start at normal), for priority_.follow
   Progress& progress_;
   const std::atomic<std::int64_t>& done_elsewhere_;
   std::size_t next_window_ = 0;
