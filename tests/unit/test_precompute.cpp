@@ -1083,12 +1083,14 @@ TEST_CASE("the I/O stage's reads wait out an encoder call that starts between tw
   Progress progress("test", 4, Progress::Mode::kQuiet);
   const std::atomic<std::int64_t> none{0};
   IoStage io(source, raw, rows, *store, context, priority, progress, none);
+  // The stage's thread runs under SCHED_IDLE: beside other tests (ctest -j) it may wait long for
+  // a core, so the waits below allow seconds.
   std::thread stage([&] { io.run(); });
   for (int i = 0; i < 1000 && source.reads.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   CHECK(source.reads.load() == 2);
   priority.encoder_call_ends();
-  for (int i = 0; i < 200 && source.reads.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  for (int i = 0; i < 1000 && source.reads.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
   CHECK(source.reads.load() == 4);
   rows.close();
   stage.join();
