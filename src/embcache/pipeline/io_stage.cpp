@@ -88,7 +88,6 @@ void IoStage::wait_for_work() {
 
 void IoStage::run() {
   CpuLedger cpu(read_time);
-  priority_.follow(normal_now_);
   h5::silence_errors_on_this_thread();
   while (!context_.failed()) {
     priority_.follow(normal_now_);
