@@ -413,6 +413,29 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))
     with open(os.path.join(out_dir, "not_torchscript.pt"), "wb") as f:
         f.write(b"this is not a torchscript archive")
+    # Saved in training mode, as a user who forgets model.eval() does (last: the random numbers
+    # the other fixtures' weights come from are drawn before these).
+    train_mode = TrainMode(in_ch).train()
+    torch.jit.save(torch.jit.script(train_mode), os.path.join(out_dir, "train_scripted.pt"))
+    torch.jit.save(torch.jit.trace(train_mode, example, check_trace=False), os.path.join(out_dir, "train_traced.pt"))
+
+
+class TrainMode(nn.Module):
+    """Batch norm, dropout and a stochastic depth as torchvision writes it (a Bernoulli mask per
+    crop, only while training). Scripted, eval() turns them off; traced in training mode, they
+    are recorded as they ran and stay."""
+
+    def __init__(self, in_ch: int = 3):
+        super().__init__()
+        self.conv = nn.Conv2d(in_ch, 8, 3, padding=1)
+        self.bn = nn.BatchNorm2d(8)
+        self.drop = nn.Dropout(0.5)
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        y = torch.relu(self.bn(self.conv(x)))
+        if self.training:
+            y = y * torch.empty([y.shape[0], 1, 1, 1]).bernoulli_(0.9)
+        return [self.drop(y)]
 
 
 # ---------------------------------------------------------------- datasets

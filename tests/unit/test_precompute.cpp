@@ -619,6 +619,42 @@ TEST_CASE("by default a new cache's encoder runs as loaded, and rows already the
   CHECK_THROWS_AS(plan_precompute(both), UsageError);
 }
 
+TEST_CASE("an encoder traced in training mode is named in a warning with what makes its features random; its scripted twin is not") {
+  Setup s;
+  const c10::Device cpu(c10::kCPU);
+  // Scripted, eval() turns its dropout, batch statistics and stochastic depth off.
+  Encoder scripted(testing::fixture("train_scripted.pt"), cpu, Amp::kNone);
+  CHECK(scripted.randomness().empty());
+  const at::Tensor batch = at::rand({4, 3, 32, 32});
+  CHECK(at::equal(scripted.forward(batch).levels[0], scripted.forward(batch).levels[0]));
+  // Traced in training mode, they are part of the graph: two calls on one batch differ.
+  Encoder traced(testing::fixture("train_traced.pt"), cpu, Amp::kNone);
+  const std::string why = traced.randomness();
+  CHECK(contains(why, "aten::bernoulli_"));
+  CHECK(contains(why, "aten::dropout in training mode"));
+  CHECK(contains(why, "batch statistics"));
+  CHECK(contains(why, "saved in training mode"));
+  CHECK(contains(why, "model.eval()"));
+  CHECK(why.find('\n') == std::string::npos);
+  CHECK_FALSE(at::equal(traced.forward(batch).levels[0], traced.forward(batch).levels[0]));
+  for (const char* plain : {"multi_traced.pt", "vit_traced.pt", "temporal_traced.pt", "conv_bn.pt"}) {
+    CAPTURE(plain);
+    CHECK(Encoder(testing::fixture(plain), cpu, Amp::kNone).randomness().empty());
+  }
+
+  // precompute warns, and still runs: the summary (and --summary-json) carries the warning.
+  PrecomputeSummary summary;
+  count_calls(s.options("train_traced.pt"), &summary);
+  REQUIRE(summary.warnings.size() == 1);
+  CHECK(contains(summary.warnings[0], "train_traced.pt: its features will differ"));
+  CHECK(summary.to_json()["warnings"].size() == 1);
+  PrecomputeOptions plain = s.options("conv_bn.pt");
+  plain.out = s.dir.file("plain.h5");
+  count_calls(plain, &summary);
+  CHECK(summary.warnings.empty());
+  CHECK_FALSE(summary.to_json().contains("warnings"));
+}
+
 TEST_CASE("--optimize refuses an encoder that cannot be frozen in one line, which the default runs as loaded") {
   Setup s;
   PrecomputeOptions o = s.options("unfreezable.pt");  // two attributes share a tensor: freeze refuses it

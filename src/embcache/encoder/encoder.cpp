@@ -6,6 +6,7 @@
 #include <torch/script.h>
 #include <torch/version.h>
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #if __has_include(<torch/csrc/jit/codegen/fuser/interface.h>)
 #include <torch/csrc/jit/codegen/fuser/interface.h>
@@ -22,6 +23,7 @@ TORCH_API void overrideCanFuseOnCPU(bool value);
 #include <cstdlib>
 #include <filesystem>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <unordered_set>
 
@@ -92,6 +94,76 @@ bool forward_runs(const torch::jit::script::Module& module, const char* kind) {
   }
 }
 
+bool is_constant(const torch::jit::Value* value, bool wanted) {
+  const auto constant = torch::jit::toIValue(value);
+  return constant && constant->isBool() && constant->toBool() == wanted;
+}
+
+bool is_zero(const torch::jit::Value* value) {
+  const auto constant = torch::jit::toIValue(value);
+  return constant && constant->isDouble() && constant->toDouble() == 0.0;
+}
+
+// What makes a node's result differ from call to call, or with the other crops of its batch, or ""
+// when nothing does. Tracing records dropout and batch norm with the training flag they ran with
+// as a constant, which eval() cannot change afterwards.
+std::string node_randomness(const torch::jit::Node* node) {
+  static const std::set<std::string> random = {
+      "aten::bernoulli", "aten::bernoulli_", "aten::rand",     "aten::rand_like", "aten::randn",  "aten::randn_like",
+      "aten::randint",   "aten::randint_like", "aten::randperm", "aten::normal",    "aten::normal_", "aten::uniform_",
+      "aten::exponential_", "aten::multinomial"};
+  static const std::set<std::string> dropouts = {
+      "aten::dropout",       "aten::dropout_",         "aten::feature_dropout",       "aten::feature_dropout_",
+      "aten::alpha_dropout", "aten::alpha_dropout_",   "aten::feature_alpha_dropout", "aten::feature_alpha_dropout_",
+      "aten::native_dropout"};
+  const std::string kind = node->kind().toQualString();
+  if (random.count(kind)) return kind;
+  const auto& in = node->inputs();
+  if (dropouts.count(kind) && in.size() >= 3 && is_constant(in[2], true) && !is_zero(in[1])) {
+    return kind + " in training mode";
+  }
+  if ((kind == "aten::batch_norm" || kind == "aten::_batch_norm_impl_index") && in.size() >= 6 &&
+      is_constant(in[5], true)) {
+    return kind + " on batch statistics";
+  }
+  return "";
+}
+
+// The random operators that `block`, or a method or function it calls, runs on every call: those
+// outside any if or loop. A scripted module's dropout sits behind `self.training`, which eval() has
+// set; a traced one's is unconditional.
+void collect_randomness(const torch::jit::Block* block, std::set<std::string>& found,
+                        std::unordered_set<const torch::jit::Graph*>& seen) {
+  for (const torch::jit::Node* node : block->nodes()) {
+    std::string what = node_randomness(node);
+    if (!what.empty()) found.insert(std::move(what));
+    const torch::jit::Graph* callee = called_graph(node);
+    if (callee && seen.insert(callee).second) collect_randomness(callee->block(), found, seen);
+  }
+}
+
+// Why the module's features vary from call to call or with the batch, or "" (a graph that cannot
+// be read counts as none). Call after eval().
+std::string forward_randomness(const torch::jit::script::Module& module, bool saved_training) {
+  std::set<std::string> found;
+  try {
+    const auto method = module.find_method("forward");
+    if (!method) return "";
+    std::unordered_set<const torch::jit::Graph*> seen;
+    collect_randomness(method->graph()->block(), found, seen);
+  } catch (const std::exception&) {
+    return "";
+  }
+  if (found.empty()) return "";
+  std::string ops;
+  for (const auto& what : found) ops += (ops.empty() ? "" : ", ") + what;
+  return "its features will differ from call to call or with the rest of the batch: forward runs " + ops +
+         (saved_training ? " (the file was saved in training mode, and a traced module keeps what it was traced "
+                           "with); trace and save it after model.eval()"
+                         : " on every call; make the encoder deterministic for a cache whose rows must not depend "
+                           "on when or with what they were computed");
+}
+
 // Whether an optimised module runs oneDNN's binary kernel: optimize_for_inference puts a
 // BroadcastMKLDNNTensors before each add or multiply of two tensors it keeps in oneDNN's layout
 // (the residual adds of MobileNetV2 and ResNet-50).
@@ -158,7 +230,9 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimizat
   if (!failure.empty()) {
     throw InputError(describe_load_failure(path, failure, read_archive_facts(path), torch_version_running()));
   }
+  const bool saved_training = impl_->module.is_training();
   impl_->module.eval();
+  randomness_ = forward_randomness(impl_->module, saved_training);
   if (optimization == Optimization::kNone) return;
   std::string failure_to_optimize = optimize_module();
   // Whether the file can be frozen is said first: the user can change that, not the machine.

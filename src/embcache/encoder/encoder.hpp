@@ -57,6 +57,11 @@ class Encoder {
   // measures their difference; the plain module is then released. Call once, before forward.
   OptimizationDifference measure_optimization(const at::Tensor& sample);
   bool optimized() const { return optimized_; }
+  // Why this encoder's features vary from call to call or with the other crops of a batch, in a
+  // sentence for a warning, or "": its forward runs a random operator (a module traced in training
+  // mode keeps its dropout and stochastic depth, and batch norm on batch statistics) outside any
+  // if or loop.
+  const std::string& randomness() const { return randomness_; }
   c10::Device device() const { return device_; }
   const std::string& path() const { return path_; }
 
@@ -69,6 +74,7 @@ class Encoder {
   c10::Device device_;
   Amp amp_;
   bool optimized_ = false;
+  std::string randomness_;
 };
 
 }  // namespace embcache

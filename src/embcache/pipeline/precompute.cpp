@@ -201,6 +201,15 @@ void note_kept_compression(const PrecomputePlan& plan, const CacheStore& store) 
   }
 }
 
+// An encoder whose features vary from call to call breaks what a cache promises (a rerun, a
+// resumed run or another shard gives the same rows): said on stderr, --quiet or not, and in the
+// summary, before any work.
+void warn_of_randomness(const Encoder& encoder, PrecomputeSummary& summary) {
+  if (encoder.randomness().empty()) return;
+  summary.warnings.push_back(encoder.path() + ": " + encoder.randomness());
+  std::fprintf(stderr, "embcache: warning: %s\n", summary.warnings.back().c_str());
+}
+
 // --only-new-windows: the same dataset again, without the windows whose every crop is cached
 // (they are not read); counts those in summary.windows_not_read.
 std::unique_ptr<WindowSource> without_cached_windows(const PrecomputePlan& plan, const CacheStore& store,
@@ -259,6 +268,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   const std::size_t max_crops_per_window = count_windows(plan, *source, summary);
   summary.device = plan.device.str();
   summary.encoder_optimized = encoder->optimized();
+  warn_of_randomness(*encoder, summary);
   store.expect_rows(summary.crops_total);
 
   Queues queues(std::size_t(plan.max_batch()), max_crops_per_window, !hooks.serial);

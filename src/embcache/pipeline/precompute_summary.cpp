@@ -48,6 +48,7 @@ nlohmann::json PrecomputeSummary::to_json() const {
   j["recovered_rows"] = recovered_rows;
   j["chunks_checksummed_on_io_thread"] = chunks_checksummed_on_io_thread;
   j["interrupted"] = interrupted;
+  if (!warnings.empty()) j["warnings"] = warnings;  // absent when none, as in train-probe's metrics.json
   return j;
 }
 

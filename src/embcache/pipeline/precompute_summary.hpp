@@ -53,6 +53,7 @@ struct PrecomputeSummary {
   std::int64_t chunks_checksummed_on_io_thread = 0;  // whole chunks of this run without row checksums
   std::vector<std::int64_t> input_shape;  // [C, h, w] of one crop given to the encoder (empty: none)
   bool interrupted = false;
+  std::vector<std::string> warnings;  // also printed on stderr as they arise
   nlohmann::json to_json() const;
   std::string one_line() const;
 };
