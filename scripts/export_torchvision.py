@@ -180,6 +180,11 @@ def main():
         if only and name not in only:
             continue
         calibrate_batch_norms(module, size)
+        # Traced in eval mode: torchvision builds models in training mode, and a trace keeps what
+        # ran. ConvNeXt-T traced that way kept its stochastic depth (a random mask per crop on
+        # every call), which made its features differ from run to run (docs/performance-log.md,
+        # "ConvNeXt-T's randomness was the export's").
+        module.eval()
         example = torch.zeros(2, 3, size, size)
         with torch.no_grad():
             traced = torch.jit.trace(module, example, check_trace=False)
