@@ -81,22 +81,32 @@ bool runs_node(const torch::jit::Block* block, c10::Symbol kind, std::unordered_
   return false;
 }
 
-// Whether forward, or a method or function it calls, has a node of `kind` (a qualified name). A
-// graph that cannot be read counts as none.
-bool forward_runs(const torch::jit::script::Module& module, const char* kind) {
+// `walk(block, seen)` over forward's graph, with no graph seen yet; `unreadable` for a module
+// without forward or whose graph cannot be read.
+template <typename Result, typename Walk>
+Result walk_forward(const torch::jit::script::Module& module, Result unreadable, Walk walk) {
   try {
     const auto method = module.find_method("forward");
-    if (!method) return false;
+    if (!method) return unreadable;
     std::unordered_set<const torch::jit::Graph*> seen;
-    return runs_node(method->graph()->block(), c10::Symbol::fromQualString(kind), seen);
+    return walk(method->graph()->block(), seen);
   } catch (const std::exception&) {
-    return false;
+    return unreadable;
   }
 }
 
-bool is_constant(const torch::jit::Value* value, bool wanted) {
+// Whether forward, or a method or function it calls, has a node of `kind` (a qualified name). A
+// graph that cannot be read counts as none.
+bool forward_runs(const torch::jit::script::Module& module, const char* kind) {
+  const c10::Symbol symbol = c10::Symbol::fromQualString(kind);
+  return walk_forward(module, false, [&](const torch::jit::Block* block, auto& seen) {
+    return runs_node(block, symbol, seen);
+  });
+}
+
+bool is_constant_true(const torch::jit::Value* value) {
   const auto constant = torch::jit::toIValue(value);
-  return constant && constant->isBool() && constant->toBool() == wanted;
+  return constant && constant->isBool() && constant->toBool();
 }
 
 bool is_zero(const torch::jit::Value* value) {
@@ -119,11 +129,11 @@ std::string node_randomness(const torch::jit::Node* node) {
   const std::string kind = node->kind().toQualString();
   if (random.count(kind)) return kind;
   const auto& in = node->inputs();
-  if (dropouts.count(kind) && in.size() >= 3 && is_constant(in[2], true) && !is_zero(in[1])) {
+  if (dropouts.count(kind) && in.size() >= 3 && is_constant_true(in[2]) && !is_zero(in[1])) {
     return kind + " in training mode";
   }
   if ((kind == "aten::batch_norm" || kind == "aten::_batch_norm_impl_index") && in.size() >= 6 &&
-      is_constant(in[5], true)) {
+      is_constant_true(in[5])) {
     return kind + " on batch statistics";
   }
   return "";
@@ -145,15 +155,12 @@ void collect_randomness(const torch::jit::Block* block, std::set<std::string>& f
 // Why the module's features vary from call to call or with the batch, or "" (a graph that cannot
 // be read counts as none). Call after eval().
 std::string forward_randomness(const torch::jit::script::Module& module, bool saved_training) {
-  std::set<std::string> found;
-  try {
-    const auto method = module.find_method("forward");
-    if (!method) return "";
-    std::unordered_set<const torch::jit::Graph*> seen;
-    collect_randomness(method->graph()->block(), found, seen);
-  } catch (const std::exception&) {
-    return "";
-  }
+  const std::set<std::string> found =
+      walk_forward(module, std::set<std::string>{}, [](const torch::jit::Block* block, auto& seen) {
+        std::set<std::string> ops;
+        collect_randomness(block, ops, seen);
+        return ops;
+      });
   if (found.empty()) return "";
   std::string ops;
   for (const auto& what : found) ops += (ops.empty() ? "" : ", ") + what;
