@@ -1,20 +1,28 @@
 // What the machine did while a benchmark measured something: this process's CPU time, and from
 // /proc/stat the time the hypervisor gave the VM's CPUs to others (steal) and the CPU time of
 // every other process. A round that is slow with steal or other processes' CPU behind it was
-// slowed from outside; one that is slow without is the measured code's own slow mode.
+// slowed from outside; one that is slow without is the measured code's own slow mode. Also the
+// kernel's own work on each CPU (/proc/interrupts, /proc/softirqs): interrupts and softirqs run
+// on the cores the encoder's threads run on, and are counted in nobody's CPU time above.
 #pragma once
 
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
 namespace bench {
+
+// Counts per CPU, by kind.
+using PerCpuCounts = std::map<std::string, std::vector<long long>>;
 
 class HostLoad {
  public:
@@ -36,6 +44,8 @@ class HostLoad {
     j["others_cpu_seconds"] = busy > own ? busy - own : 0.0;
     j["minor_faults"] = end.minor_faults - start_.minor_faults;
     j["context_switches"] = end.context_switches - start_.context_switches;
+    j["interrupts"] = difference(end.interrupts, start_.interrupts);
+    j["softirqs"] = difference(end.softirqs, start_.softirqs);
     return j;
   }
 
@@ -45,6 +55,9 @@ class HostLoad {
     double own_system_cpu = 0;  // in the kernel on this process's behalf: faults, futexes, I/O
     long minor_faults = 0;      // this process's: pages it touched for the first time
     long context_switches = 0;  // this process's threads': waits and preemptions
+    PerCpuCounts interrupts;    // by kind: LOC (timer), RES (reschedule), CAL (function calls,
+                                // TLB flushes among them), "devices" (all numbered lines)
+    PerCpuCounts softirqs;      // by kind: TIMER, BLOCK, RCU, SCHED, ...
   };
 
   static Sample now() {
@@ -69,7 +82,53 @@ class HostLoad {
     const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
     s.busy = (user + nice + system + irq + softirq) * tick;
     s.steal = steal * tick;
+    s.interrupts = per_cpu_counts("/proc/interrupts", {"LOC", "RES", "CAL", "TLB"}, "devices");
+    s.softirqs = per_cpu_counts("/proc/softirqs", {}, "");
     return s;
+  }
+
+  // The per-CPU columns of /proc/interrupts or /proc/softirqs: a header line naming the CPUs,
+  // then "LABEL: n0 n1 ... [description]". Keeps the lines whose label is in `named` (every
+  // line when `named` is empty) and sums lines with a numeric label (devices) into `numbered`
+  // (none when empty). Empty where the file is not readable.
+  static PerCpuCounts per_cpu_counts(const char* path, const std::vector<std::string>& named,
+                                     const std::string& numbered) {
+    PerCpuCounts counts;
+    std::ifstream in(path);
+    std::string line, word;
+    if (!std::getline(in, line)) return counts;
+    std::size_t cpus = 0;
+    for (std::istringstream header(line); header >> word;) ++cpus;
+    while (std::getline(in, line)) {
+      std::istringstream fields(line);
+      std::string label;
+      fields >> label;
+      if (label.empty() || label.back() != ':') continue;
+      label.pop_back();
+      const bool device = label.find_first_not_of("0123456789") == std::string::npos;
+      const bool wanted = named.empty() ? !device : std::find(named.begin(), named.end(), label) != named.end();
+      if (!wanted && !(device && !numbered.empty())) continue;
+      std::vector<long long>& row = counts[wanted ? label : numbered];
+      row.resize(cpus, 0);
+      for (std::size_t cpu = 0; cpu < cpus && fields >> word; ++cpu) {
+        if (word.find_first_not_of("0123456789") != std::string::npos) break;
+        row[cpu] += std::stoll(word);
+      }
+    }
+    return counts;
+  }
+
+  static nlohmann::json difference(const PerCpuCounts& end, const PerCpuCounts& start) {
+    nlohmann::json j = nlohmann::json::object();
+    for (const auto& [kind, counts] : end) {
+      const auto before = start.find(kind);
+      std::vector<long long> delta = counts;
+      for (std::size_t cpu = 0; before != start.end() && cpu < delta.size() && cpu < before->second.size(); ++cpu) {
+        delta[cpu] -= before->second[cpu];
+      }
+      j[kind] = delta;
+    }
+    return j;
   }
 
   Sample start_;
