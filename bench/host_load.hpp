@@ -9,7 +9,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <algorithm>
 #include <chrono>
 #include <fstream>
 #include <map>
@@ -56,7 +55,7 @@ class HostLoad {
     long minor_faults = 0;      // this process's: pages it touched for the first time
     long context_switches = 0;  // this process's threads': waits and preemptions
     PerCpuCounts interrupts;    // by kind: LOC (timer), RES (reschedule), CAL (function calls,
-                                // TLB flushes among them), "devices" (all numbered lines)
+                                // TLB flushes among them), ..., "devices" (all numbered lines)
     PerCpuCounts softirqs;      // by kind: TIMER, BLOCK, RCU, SCHED, ...
   };
 
@@ -82,38 +81,33 @@ class HostLoad {
     const double tick = 1.0 / double(sysconf(_SC_CLK_TCK));
     s.busy = (user + nice + system + irq + softirq) * tick;
     s.steal = steal * tick;
-    s.interrupts = per_cpu_counts("/proc/interrupts", {"LOC", "RES", "CAL", "TLB"}, "devices");
-    s.softirqs = per_cpu_counts("/proc/softirqs", {}, "");
+    s.interrupts = per_cpu_counts("/proc/interrupts");
+    s.softirqs = per_cpu_counts("/proc/softirqs");
     return s;
   }
 
   // The per-CPU columns of /proc/interrupts or /proc/softirqs: a header line naming the CPUs,
-  // then "LABEL: n0 n1 ... [description]". Keeps the lines whose label is in `named` (every
-  // line when `named` is empty) and sums lines with a numeric label (devices) into `numbered`
-  // (none when empty). Empty where the file is not readable.
-  static PerCpuCounts per_cpu_counts(const char* path, const std::vector<std::string>& named,
-                                     const std::string& numbered) {
+  // then "LABEL: n0 n1 ... [description]". Named lines by their label; lines numbered by an IRQ
+  // (devices) summed into "devices". Empty where the file is not readable.
+  static PerCpuCounts per_cpu_counts(const char* path) {
     PerCpuCounts counts;
     std::ifstream in(path);
     std::string line, word;
     if (!std::getline(in, line)) return counts;
     std::size_t cpus = 0;
     for (std::istringstream header(line); header >> word;) ++cpus;
+    const auto is_number = [](const std::string& text) {
+      return text.find_first_not_of("0123456789") == std::string::npos;
+    };
     while (std::getline(in, line)) {
       std::istringstream fields(line);
       std::string label;
       fields >> label;
-      if (label.empty() || label.back() != ':') continue;
+      if (label.size() < 2 || label.back() != ':') continue;
       label.pop_back();
-      const bool device = label.find_first_not_of("0123456789") == std::string::npos;
-      const bool wanted = named.empty() ? !device : std::find(named.begin(), named.end(), label) != named.end();
-      if (!wanted && !(device && !numbered.empty())) continue;
-      std::vector<long long>& row = counts[wanted ? label : numbered];
+      std::vector<long long>& row = counts[is_number(label) ? "devices" : label];
       row.resize(cpus, 0);
-      for (std::size_t cpu = 0; cpu < cpus && fields >> word; ++cpu) {
-        if (word.find_first_not_of("0123456789") != std::string::npos) break;
-        row[cpu] += std::stoll(word);
-      }
+      for (std::size_t cpu = 0; cpu < cpus && fields >> word && is_number(word); ++cpu) row[cpu] += std::stoll(word);
     }
     return counts;
   }
