@@ -67,22 +67,20 @@ std::string cache_state(const PrecomputeEntry& entry) {
 
 // Per-run metrics.json: the pass's file narrowed to this run's combination.
 nlohmann::json run_metrics(const nlohmann::json& pass, const ProbeRun& run, const CombinationOutcome& c, std::size_t fused) {
+  const CombinationResult& r = c.result;
+  const nlohmann::json& mine = pass["combinations"][c.index];
   nlohmann::json j = pass;
   j["options"] = resolved_options_json(run.plan);
-  j["best"] = {{"combination", c.id}, {"head", c.head}, {"levels", c.levels}, {"lr", c.lr},
-               {"weight_decay", c.weight_decay}, {"epoch", c.best_epoch}, {"train_fraction", c.train_fraction},
-               {"train_rows", c.train_rows}, {"seed", c.seed}};
-  if (c.head == "logreg") j["best"]["C"] = c.C;
-  if (c.head == "knn") j["best"]["k"] = c.k;
+  j["best"] = best_json(r);
   j.erase("over_seeds");  // the pass's summary over seeds: the study's results table makes its own
-  j["val"] = c.val;
-  j["test"] = c.test;
+  j["val"] = mine["val"];
+  j["test"] = mine["test"];
   j.erase("test_ci95");
-  if (!c.test_ci95.is_null()) j["test_ci95"] = c.test_ci95;
+  if (!r.test_ci95.is_null()) j["test_ci95"] = r.test_ci95;
   j["history"] = c.history;
   j.erase("combinations");
   j["run"] = {{"name", run.name}, {"id", run.id}, {"group", run.group}, {"fused_runs", fused}};
-  if (c.diverged_epoch > 0) j["run"]["diverged_epoch"] = c.diverged_epoch;
+  if (r.diverged_epoch > 0) j["run"]["diverged_epoch"] = r.diverged_epoch;
   return j;
 }
 
@@ -281,7 +279,7 @@ nlohmann::json write_run(const ProbeRun& run, const CombinationOutcome& c, std::
   write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
   write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
   // A run that diverged before its first finite epoch has no head, nor a k-NN whose train split was streamed.
-  if (c.best_epoch > 0 && c.save_head) {
+  if (c.result.best_epoch > 0 && c.save_head) {
     c.save_head(run.options.out + "/head.pt.tmp");
     fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
   }

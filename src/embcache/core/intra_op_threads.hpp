@@ -9,4 +9,16 @@ namespace embcache {
 // on the cores the run needs; 2.6 (Debian 13) skips an unchanged count itself.
 void use_intra_op_threads(int threads);
 
+// Gives this thread back, on leaving the scope, the intra-op thread count it had on entering.
+class IntraOpThreadsScope {
+ public:
+  IntraOpThreadsScope();
+  ~IntraOpThreadsScope();
+  IntraOpThreadsScope(const IntraOpThreadsScope&) = delete;
+  IntraOpThreadsScope& operator=(const IntraOpThreadsScope&) = delete;
+
+ private:
+  int before_;
+};
+
 }  // namespace embcache

@@ -18,30 +18,36 @@ namespace {
 
 nlohmann::json or_empty(const nlohmann::json& j) { return j.is_null() ? nlohmann::json::object() : j; }
 
+// logreg's C or knn's k, the one parameter those heads have instead of lr and weight decay.
+void add_head_parameter(nlohmann::json& row, const ProbeCombination& p) {
+  if (p.head == HeadType::kLogreg) row["C"] = p.C;
+  if (p.head == HeadType::kKnn) row["k"] = p.k;
+}
+
 // Per point (a combination without its seed) with more than one seed: each metric summarised
 // over the seeds, in the order the points first appear.
 nlohmann::json over_seeds(const std::vector<CombinationResult>& results, const std::string& primary) {
   std::vector<std::string> points;
   std::map<std::string, std::vector<const CombinationResult*>> of;
   for (const auto& r : results) {
-    if (!of.count(r.point)) points.push_back(r.point);
-    of[r.point].push_back(&r);
+    if (!of.count(r.point_id)) points.push_back(r.point_id);
+    of[r.point_id].push_back(&r);
   }
   nlohmann::json out = nlohmann::json::array();
   for (const auto& point : points) {
     const auto& mine = of[point];
     const CombinationResult& first = *mine.front();
-    nlohmann::json row = {{"combination", point}, {"head", first.head}, {"levels", first.levels}, {"lr", first.lr},
-                          {"weight_decay", first.weight_decay}, {"train_fraction", first.train_fraction},
+    const ProbeCombination& p = first.point;
+    nlohmann::json row = {{"combination", point}, {"head", head_name(p.head)}, {"levels", first.levels}, {"lr", p.lr},
+                          {"weight_decay", p.weight_decay}, {"train_fraction", p.train_fraction},
                           {"train_rows", first.train_rows}};
-    if (first.head == "logreg") row["C"] = first.C;
-    if (first.head == "knn") row["k"] = first.k;
+    add_head_parameter(row, p);
     std::vector<std::uint64_t> seeds;
     std::vector<double> val;
     std::map<std::string, std::vector<double>> test;
     std::vector<std::string> test_keys;
     for (const auto* r : mine) {
-      seeds.push_back(r->seed);
+      seeds.push_back(r->point.seed);
       val.push_back(r->best_epoch > 0 ? r->best_value : NAN);
       if (!r->test.is_object()) continue;
       for (const auto& [k, v] : r->test.items()) {
@@ -61,6 +67,17 @@ nlohmann::json over_seeds(const std::vector<CombinationResult>& results, const s
 
 }  // namespace
 
+nlohmann::json best_json(const CombinationResult& best) {
+  const ProbeCombination& p = best.point;
+  nlohmann::json j = {{"combination", best.id}, {"head", head_name(p.head)}, {"levels", best.levels},
+                      {"lr", p.lr}, {"weight_decay", p.weight_decay}, {"epoch", best.best_epoch}};
+  add_head_parameter(j, p);
+  j["train_fraction"] = p.train_fraction;
+  j["train_rows"] = best.train_rows;
+  j["seed"] = p.seed;
+  return j;
+}
+
 nlohmann::json metrics_json(const RunFacts& facts, const std::vector<CombinationResult>& results, std::size_t best) {
   const CombinationResult& winner = results.at(best);
   nlohmann::json j;
@@ -72,37 +89,31 @@ nlohmann::json metrics_json(const RunFacts& facts, const std::vector<Combination
   j["primary_metric"] = facts.primary_metric;
   j["splits"] = facts.splits;
   j["device"] = facts.device;
-  j["best"] = {{"combination", winner.id}, {"head", winner.head}, {"levels", winner.levels},
-               {"lr", winner.lr}, {"weight_decay", winner.weight_decay}, {"epoch", winner.best_epoch}};
-  if (winner.head == "logreg") j["best"]["C"] = winner.C;
-  if (winner.head == "knn") j["best"]["k"] = winner.k;
-  j["best"]["train_fraction"] = winner.train_fraction;
-  j["best"]["train_rows"] = winner.train_rows;
-  j["best"]["seed"] = winner.seed;
+  j["best"] = best_json(winner);
   j["val"] = winner.val;
   j["test"] = or_empty(winner.test);
   if (!winner.test_ci95.is_null()) j["test_ci95"] = winner.test_ci95;
   nlohmann::json grid = nlohmann::json::array();
   for (const auto& c : results) {
-    nlohmann::json row = {{"combination", c.id}, {"head", c.head}, {"levels", c.levels}, {"lr", c.lr},
-                          {"weight_decay", c.weight_decay}, {"best_epoch", c.best_epoch},
+    const ProbeCombination& p = c.point;
+    nlohmann::json row = {{"combination", c.id}, {"head", head_name(p.head)}, {"levels", c.levels}, {"lr", p.lr},
+                          {"weight_decay", p.weight_decay}, {"best_epoch", c.best_epoch},
                           {"val", or_empty(c.val)}, {"test", or_empty(c.test)}};
     if (!c.test_ci95.is_null()) row["test_ci95"] = c.test_ci95;
     if (c.diverged_epoch > 0) row["diverged_epoch"] = c.diverged_epoch;
-    if (c.head == "logreg") row["C"] = c.C;
-    if (c.head == "knn") row["k"] = c.k;
-    row["train_fraction"] = c.train_fraction;
+    add_head_parameter(row, p);
+    row["train_fraction"] = p.train_fraction;
     row["train_rows"] = c.train_rows;
-    row["seed"] = c.seed;
+    row["seed"] = p.seed;
     grid.push_back(row);
   }
   j["combinations"] = grid;
   std::set<std::uint64_t> seeds;
-  for (const auto& c : results) seeds.insert(c.seed);
+  for (const auto& c : results) seeds.insert(c.point.seed);
   if (seeds.size() > 1) {
     j["over_seeds"] = over_seeds(results, facts.primary_metric);
     for (const auto& row : j["over_seeds"]) {
-      if (row["combination"] == winner.point) j["best"]["over_seeds"] = {{"val", row["val"]}, {"test", row["test"]}};
+      if (row["combination"] == winner.point_id) j["best"]["over_seeds"] = {{"val", row["val"]}, {"test", row["test"]}};
     }
   }
   j["history"] = facts.history;

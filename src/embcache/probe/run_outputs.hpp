@@ -4,29 +4,27 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cmath>
 #include <cstdint>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "embcache/probe/probe_plan.hpp"
+
 namespace embcache {
 
-// One combination of the grid after training.
+// One combination of the grid after training: its point as planned and what it reached.
 struct CombinationResult {
+  ProbeCombination point;           // head, level set as written, lr, weight decay, C, k, fraction, seed
   std::string id;                   // "linear levels=2 lr=0.001 wd=0"
-  std::string head;                 // "linear"
+  std::string point_id;             // the id without the seed: results of one point are summarised over seeds
   std::vector<std::string> levels;  // cache level names
-  double lr = 0, weight_decay = 0;
-  std::int64_t best_epoch = 0;      // 0: no result (diverged before its first finite epoch)
-  std::int64_t diverged_epoch = 0;
-  double best_value = 0;            // the primary validation metric at best_epoch
-  nlohmann::json val, test, test_ci95;  // null when there are none
-  double C = 0;                     // logreg
-  std::int64_t k = 0;               // knn
-  std::string point;                // the id without the seed: results of one point are summarised over seeds
-  std::uint64_t seed = 0;
-  double train_fraction = 1;
   std::int64_t train_rows = 0;      // rows of the fraction trained on
+  std::int64_t best_epoch = 0;      // 0: no result (diverged before its first finite epoch)
+  std::int64_t diverged_epoch = 0;  // the epoch its training loss stopped being finite (0: never)
+  double best_value = NAN;          // the primary validation metric at best_epoch
+  nlohmann::json val, test, test_ci95;  // null when there are none
 };
 
 // The rest of what metrics.json says about a run.
@@ -42,6 +40,8 @@ struct RunFacts {
   std::vector<std::string> warnings;
 };
 
+// metrics.json's "best" for a combination: its point, its best epoch and the rows it trained on.
+nlohmann::json best_json(const CombinationResult& best);
 // metrics.json of a run whose chosen combination is results[best].
 nlohmann::json metrics_json(const RunFacts& facts, const std::vector<CombinationResult>& results, std::size_t best);
 // RUN_DIR/history.csv from a metrics.json object: one row per epoch and combination.
