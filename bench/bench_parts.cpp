@@ -11,7 +11,7 @@
 #include <string>
 #include <vector>
 
-#include "embcache/cli/inspect_command.hpp"
+#include "embcache/store/cache_description.hpp"
 #include "embcache/dataset/window_shard.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 #include "embcache/store/cache_reader.hpp"
@@ -79,7 +79,7 @@ void installs_and_inspect(const std::string& dir, int parts, std::int64_t rows_p
     const CacheReader reader(cache);
     const double open = seconds_since(start);
     start = std::chrono::steady_clock::now();
-    const nlohmann::json j = inspect_cache(cache);
+    const nlohmann::json j = describe_cache(cache);
     std::printf("cache of %zu parts, %lld rows: open %.3fs, embcache inspect %.3fs\n", j["parts"].size(),
                 (long long)reader.rows(), open, seconds_since(start));
   }

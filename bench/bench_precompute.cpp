@@ -20,8 +20,8 @@
 #include <vector>
 
 #include "embcache/core/error.hpp"
-#include "embcache/core/intra_op_threads.hpp"
-#include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/host/intra_op_threads.hpp"
+#include "embcache/host/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/h5/h5.hpp"
 #include "embcache/h5/process_settings.hpp"

@@ -14,7 +14,7 @@
 #include <cstdio>
 #include <string>
 
-#include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/host/allocator_scope.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 

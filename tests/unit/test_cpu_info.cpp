@@ -7,7 +7,7 @@
 #include <fstream>
 #include <sstream>
 
-#include "embcache/core/cpu_info.hpp"
+#include "embcache/host/cpu_info.hpp"
 #include "test_support.hpp"
 
 using namespace embcache;

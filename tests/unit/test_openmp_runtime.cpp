@@ -7,8 +7,8 @@
 
 #include <atomic>
 
-#include "embcache/core/intra_op_threads.hpp"
-#include "embcache/core/openmp_runtime.hpp"
+#include "embcache/host/intra_op_threads.hpp"
+#include "embcache/host/openmp_runtime.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 
 using namespace embcache;

@@ -22,13 +22,13 @@
 #include <thread>
 
 #include "embcache/cli/option_binding.hpp"
-#include "embcache/core/cpu_info.hpp"
-#include "embcache/core/device.hpp"
+#include "embcache/host/cpu_info.hpp"
+#include "embcache/host/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/file_hash_memo.hpp"
 #include "embcache/core/file_lock.hpp"
 #include "embcache/core/sha256.hpp"
-#include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/host/allocator_scope.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/onednn_cache_view.hpp"
 #include "embcache/core/bounded_queue.hpp"

@@ -4,7 +4,7 @@
 
 #include <ATen/Parallel.h>
 
-#include "embcache/core/cpu_info.hpp"
+#include "embcache/host/cpu_info.hpp"
 #include "embcache/probe/probe_plan.hpp"
 #include "embcache/probe/trainer.hpp"
 #include "test_support.hpp"

@@ -4,7 +4,7 @@
 
 #include <vector>
 
-#include "embcache/core/sanitizer_tensor_pool.hpp"
+#include "embcache/host/sanitizer_tensor_pool.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 #include <sanitizer/asan_interface.h>

@@ -3,7 +3,7 @@
 #include <thread>
 
 #include "embcache/core/clock.hpp"
-#include "embcache/core/tensor_recycler.hpp"
+#include "embcache/host/tensor_recycler.hpp"
 
 using namespace embcache;
 

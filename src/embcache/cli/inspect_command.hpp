@@ -1,7 +1,6 @@
 // `embcache inspect`: what a cache holds (format, signature, splits, levels, labels).
 #pragma once
 
-#include <nlohmann/json.hpp>
 #include <string>
 
 namespace CLI {
@@ -16,7 +15,6 @@ struct InspectOptions {
 };
 
 void setup_inspect(CLI::App& app);
-nlohmann::json inspect_cache(const std::string& path);
 void run_inspect_command(const InspectOptions& options);
 
 }  // namespace embcache

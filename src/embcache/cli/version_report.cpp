@@ -1,7 +1,7 @@
 #include "embcache/cli/version_report.hpp"
 
-#include "embcache/core/device.hpp"
-#include "embcache/core/openmp_runtime.hpp"
+#include "embcache/host/device.hpp"
+#include "embcache/host/openmp_runtime.hpp"
 #include "embcache/dataset/gdal_raster.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/h5/h5.hpp"

@@ -8,7 +8,7 @@
 #include <unordered_map>
 
 #include "embcache/core/error.hpp"
-#include "embcache/core/tensor_recycler.hpp"
+#include "embcache/host/tensor_recycler.hpp"
 #include "embcache/h5/h5.hpp"
 
 namespace embcache {

@@ -3,7 +3,7 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "embcache/core/thread_name.hpp"
+#include "embcache/host/thread_name.hpp"
 
 namespace embcache {
 

@@ -8,23 +8,10 @@
 #include <memory>
 #include <string>
 
+#include "embcache/core/shard_spec.hpp"
 #include "embcache/dataset/window_source.hpp"
 
 namespace embcache {
-
-struct ShardSpec {
-  std::int64_t index = 0;  // I, 0-based
-  std::int64_t count = 1;  // N; 1: the whole dataset
-  bool whole() const { return count == 1; }
-  std::string text() const { return std::to_string(index) + "/" + std::to_string(count); }
-  bool operator==(const ShardSpec& o) const { return index == o.index && count == o.count; }
-};
-
-// "I/N" (0 <= I < N), or "slurm": I = SLURM_ARRAY_TASK_ID - SLURM_ARRAY_TASK_MIN and
-// N = SLURM_ARRAY_TASK_COUNT, read from the environment now. UsageError naming --shard.
-ShardSpec parse_shard(const std::string& text);
-// "I/N" back into a spec (as recorded in caches); nullopt-like whole() spec when malformed.
-ShardSpec shard_from_text(const std::string& text);
 
 // The shard (0 ... count-1) a window belongs to: its key's FNV-1a hash, mixed (splitmix64's
 // finaliser, so that the low bits of similar names spread), modulo count. Stable: part of the
@@ -43,6 +30,5 @@ struct WindowFilter {
 // everything. Read ahead (ReadAheadSource) over the result, not under it, so that nothing is
 // read ahead for windows left out.
 std::unique_ptr<WindowSource> filter_windows(std::unique_ptr<WindowSource> inner, const WindowFilter& filter);
-std::unique_ptr<WindowSource> shard_windows(std::unique_ptr<WindowSource> inner, const ShardSpec& shard);
 
 }  // namespace embcache

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "embcache/encoder/encoder.hpp"
-#include "embcache/encoder/level_origin.hpp"
+#include "embcache/core/level_origin.hpp"
 
 namespace embcache {
 

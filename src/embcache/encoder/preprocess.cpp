@@ -7,7 +7,7 @@
 
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
-#include "embcache/core/target_clones.hpp"
+#include "embcache/host/target_clones.hpp"
 
 namespace embcache {
 

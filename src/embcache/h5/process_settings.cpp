@@ -4,7 +4,7 @@
 
 #include <csignal>
 
-#include "embcache/core/sanitizer_tensor_pool.hpp"
+#include "embcache/host/sanitizer_tensor_pool.hpp"
 
 namespace embcache {
 

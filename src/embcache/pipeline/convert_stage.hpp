@@ -9,7 +9,7 @@
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/label_kinds.hpp"
-#include "embcache/core/tensor_recycler.hpp"
+#include "embcache/host/tensor_recycler.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/run_context.hpp"
 #include "embcache/pipeline/stage_items.hpp"

@@ -15,7 +15,7 @@
 #include <exception>
 #include <mutex>
 
-#include "embcache/core/cpu_info.hpp"
+#include "embcache/host/cpu_info.hpp"
 #include "embcache/core/error.hpp"
 
 namespace embcache {

@@ -8,7 +8,7 @@
 #include <chrono>
 
 #include "embcache/core/error.hpp"
-#include "embcache/core/intra_op_threads.hpp"
+#include "embcache/host/intra_op_threads.hpp"
 #include "embcache/pipeline/batch_size_search.hpp"
 
 namespace embcache {

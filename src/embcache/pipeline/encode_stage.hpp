@@ -13,7 +13,7 @@
 #include <vector>
 
 #include "embcache/core/clock.hpp"
-#include "embcache/core/tensor_recycler.hpp"
+#include "embcache/host/tensor_recycler.hpp"
 #include "embcache/encoder/encoder.hpp"
 #include "embcache/encoder/level_layout.hpp"
 #include "embcache/pipeline/core_sharing.hpp"

@@ -16,12 +16,12 @@
 #include <optional>
 #include <thread>
 
-#include "embcache/core/intra_op_threads.hpp"
+#include "embcache/host/intra_op_threads.hpp"
 #include "embcache/core/file_hash_memo.hpp"
 #include "embcache/core/stop_request.hpp"
-#include "embcache/core/thread_name.hpp"
+#include "embcache/host/thread_name.hpp"
 #include "embcache/dataset/window_source.hpp"
-#include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/host/allocator_scope.hpp"
 #include "embcache/pipeline/convert_stage.hpp"
 #include "embcache/pipeline/encode_stage.hpp"
 #include "embcache/pipeline/io_stage.hpp"

@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <filesystem>
 
-#include "embcache/core/cpu_info.hpp"
-#include "embcache/core/device.hpp"
+#include "embcache/host/cpu_info.hpp"
+#include "embcache/host/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/file_hash_memo.hpp"
 #include "embcache/core/parse.hpp"

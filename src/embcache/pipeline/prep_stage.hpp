@@ -10,7 +10,7 @@
 
 #include "embcache/core/clock.hpp"
 #include "embcache/core/label_kinds.hpp"
-#include "embcache/core/tensor_recycler.hpp"
+#include "embcache/host/tensor_recycler.hpp"
 #include "embcache/dataset/crop_grid.hpp"
 #include "embcache/dataset/cropper.hpp"
 #include "embcache/encoder/preprocess.hpp"

@@ -7,7 +7,7 @@
 #include <cmath>
 #include <optional>
 
-#include "embcache/core/cpu_info.hpp"
+#include "embcache/host/cpu_info.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/progress.hpp"
 #include "embcache/core/stop_request.hpp"

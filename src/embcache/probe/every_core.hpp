@@ -1,8 +1,8 @@
 // The intra-op threads of k-NN votes and logreg fits, which are large matrix products.
 #pragma once
 
-#include "embcache/core/cpu_info.hpp"
-#include "embcache/core/intra_op_threads.hpp"
+#include "embcache/host/cpu_info.hpp"
+#include "embcache/host/intra_op_threads.hpp"
 
 namespace embcache {
 

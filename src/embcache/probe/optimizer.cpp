@@ -6,7 +6,7 @@
 #include <cmath>
 
 #include "embcache/core/error.hpp"
-#include "embcache/core/target_clones.hpp"
+#include "embcache/host/target_clones.hpp"
 
 namespace embcache {
 

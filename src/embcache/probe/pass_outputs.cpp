@@ -1,6 +1,6 @@
 #include "embcache/probe/pass_outputs.hpp"
 
-#include "embcache/core/memory_info.hpp"
+#include "embcache/host/memory_info.hpp"
 #include "embcache/probe/probe_pass.hpp"
 #include "embcache/probe/run_outputs.hpp"
 

@@ -9,7 +9,7 @@
 #include <set>
 
 #include "embcache/core/error.hpp"
-#include "embcache/core/memory_info.hpp"
+#include "embcache/host/memory_info.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/stop_request.hpp"
 #include "embcache/probe/knn.hpp"

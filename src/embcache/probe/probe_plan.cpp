@@ -5,7 +5,7 @@
 #include <filesystem>
 #include <set>
 
-#include "embcache/core/device.hpp"
+#include "embcache/host/device.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/probe/logistic_regression.hpp"

@@ -6,10 +6,10 @@
 #include <algorithm>
 #include <memory>
 
-#include "embcache/core/cpu_info.hpp"
+#include "embcache/host/cpu_info.hpp"
 #include "embcache/core/error.hpp"
-#include "embcache/core/intra_op_threads.hpp"
-#include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/host/intra_op_threads.hpp"
+#include "embcache/host/allocator_scope.hpp"
 #include "embcache/probe/epoch_training.hpp"
 #include "embcache/probe/knn_votes.hpp"
 #include "embcache/probe/logreg_fits.hpp"

@@ -4,7 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 
-#include "embcache/core/thread_name.hpp"
+#include "embcache/host/thread_name.hpp"
 
 namespace embcache {
 

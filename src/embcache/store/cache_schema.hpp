@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "embcache/core/label_kinds.hpp"
-#include "embcache/encoder/level_origin.hpp"
+#include "embcache/core/level_origin.hpp"
 #include "embcache/store/storage_options.hpp"
 
 namespace embcache {

@@ -1,6 +1,6 @@
 #include "embcache/store/finite_check.hpp"
 
-#include "embcache/core/target_clones.hpp"
+#include "embcache/host/target_clones.hpp"
 
 namespace embcache {
 

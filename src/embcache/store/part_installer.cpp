@@ -15,7 +15,7 @@
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
 #include "embcache/core/file_lock.hpp"
-#include "embcache/dataset/window_shard.hpp"
+#include "embcache/core/shard_spec.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 
 namespace fs = std::filesystem;

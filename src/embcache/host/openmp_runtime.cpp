@@ -1,4 +1,4 @@
-#include "embcache/core/openmp_runtime.hpp"
+#include "embcache/host/openmp_runtime.hpp"
 
 #include <link.h>
 

@@ -1,4 +1,4 @@
-#include "embcache/core/intra_op_threads.hpp"
+#include "embcache/host/intra_op_threads.hpp"
 
 #include <ATen/Parallel.h>
 

@@ -1,4 +1,4 @@
-#include "embcache/core/device.hpp"
+#include "embcache/host/device.hpp"
 
 #include <ATen/detail/CUDAHooksInterface.h>
 #include <torch/cuda.h>

@@ -1,4 +1,4 @@
-#include "embcache/core/cpu_info.hpp"
+#include "embcache/host/cpu_info.hpp"
 
 #include <sched.h>
 

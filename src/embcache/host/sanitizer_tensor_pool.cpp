@@ -1,4 +1,4 @@
-#include "embcache/core/sanitizer_tensor_pool.hpp"
+#include "embcache/host/sanitizer_tensor_pool.hpp"
 
 #if defined(__SANITIZE_ADDRESS__)
 

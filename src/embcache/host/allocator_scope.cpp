@@ -1,4 +1,4 @@
-#include "embcache/encoder/allocator_scope.hpp"
+#include "embcache/host/allocator_scope.hpp"
 
 #include <malloc.h>
 #include <sys/mman.h>
@@ -11,7 +11,7 @@
 #include <fstream>
 #include <string>
 
-#include "embcache/core/memory_info.hpp"
+#include "embcache/host/memory_info.hpp"
 
 namespace embcache {
 

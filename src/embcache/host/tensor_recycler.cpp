@@ -1,4 +1,4 @@
-#include "embcache/core/tensor_recycler.hpp"
+#include "embcache/host/tensor_recycler.hpp"
 
 #include <ATen/ATen.h>
 

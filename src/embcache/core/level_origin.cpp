@@ -1,4 +1,4 @@
-#include "embcache/encoder/level_origin.hpp"
+#include "embcache/core/level_origin.hpp"
 
 #include "embcache/core/error.hpp"
 

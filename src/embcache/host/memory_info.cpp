@@ -1,4 +1,4 @@
-#include "embcache/core/memory_info.hpp"
+#include "embcache/host/memory_info.hpp"
 
 #include <dlfcn.h>
 #include <sys/resource.h>
