@@ -43,9 +43,9 @@ double plain_hdf5_write_mb_per_s(const std::string& path, std::int64_t megabytes
     h5::File file = h5::create_file(path);
     const h5::Dataspace space = h5::simple_space({0, row}, {H5S_UNLIMITED, row}, path);
     const h5::PropertyList dcpl = h5::chunked_create_plist({1, row});
-    const h5::Dataset ds = h5::create_dataset(file.get(), "x", H5T_IEEE_F32LE, space.get(), dcpl.get(), path + ":/x");
+    const h5::Dataset ds = h5::create_dataset(file, "x", h5::little_endian<float>(), space, dcpl, path + ":/x");
     for (std::int64_t written = 0; written < megabytes; written += 16) {
-      h5::append_rows(ds.get(), H5T_NATIVE_FLOAT, 16, buffer.data(), path);
+      h5::append_rows(ds, h5::native<float>(), 16, buffer.data(), path);
     }
   }
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

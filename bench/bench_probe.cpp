@@ -81,7 +81,7 @@ int yardstick(const std::string& path, const std::string& level_name, int epochs
   const torch::Tensor idx = torch::tensor(rows, torch::kLong);
   const torch::Tensor x = reader.read_level(*level, 0, reader.rows()).index_select(0, idx).to(torch::kFloat);
   torch::Tensor labels = torch::empty({reader.rows()}, torch::kLong);
-  h5::read_rows(h5::open_dataset(reader.file(), cache_paths::kLabelClass).get(), H5T_NATIVE_INT64, 0,
+  h5::read_rows(h5::open_dataset(reader.file(), cache_paths::kLabelClass), h5::native<std::int64_t>(), 0,
                 hsize_t(reader.rows()), labels.data_ptr(), path);
   const torch::Tensor y = labels.index_select(0, idx);
   const double load = since(t_load);

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Dense-head defaults against an ordinary eager PyTorch run (issue 20, point 8). Segmentation on
+# Dense-head defaults against an ordinary eager PyTorch run (docs/train-probe.md, "Optimisation"). Segmentation on
 # the demo data (Fashion-MNIST garments: 10 classes + background, 28x28 masks; level 1 of the
 # demo CNN, 32x7x7), 8,000 train / 1,000 val / 2,000 test crops, a conv head, 20 epochs,
 # lr 1e-3,3e-3,1e-2, each lr at its best val epoch and the best lr by val. Prints test mIoU for:
 #   embcache --batch-size 256 (the default before "auto") and --batch-size auto (64 on dense tasks)
-#   scripts/dense_reference.py: BatchNorm, batch 64, Adam (the issue's reference) and GroupNorm,
+#   scripts/peers/dense_reference.py: BatchNorm, batch 64, Adam (the usual recipe) and GroupNorm,
 #   batch 64, AdamW (embcache's head as eager PyTorch)
 # Every run uses one thread, so two can share a 2-core machine; about 15 minutes there.
 # Usage: scripts/bench_dense_defaults.sh [WORK_DIR]
@@ -19,7 +19,7 @@ E=$BUILD/apps/embcache/embcache
 EPOCHS=${EPOCHS:-20}
 LRS=1e-3,3e-3,1e-2
 
-[[ -f $WORK/fashion_mnist_seg.h5 ]] || $PY scripts/make_demo_data.py "$WORK" --train 8000 --val 1000 --test 2000 >/dev/null
+[[ -f $WORK/fashion_mnist_seg.h5 ]] || $PY scripts/data/make_demo_data.py "$WORK" --train 8000 --val 1000 --test 2000 >/dev/null
 [[ -f $WORK/seg.h5 ]] || "$E" precompute --encoder "$WORK/demo_encoder.pt" --dataset "$WORK/fashion_mnist_seg.h5" \
   --out "$WORK/seg.h5" --scale 0.00392157 --mean 0.286 --std 0.353 --dtype float16 --quiet --no-fsync
 probe() {  # probe NAME [options]
@@ -31,7 +31,7 @@ probe() {  # probe NAME [options]
 reference() {  # reference NAME [options]
   local name=$1
   shift
-  OMP_NUM_THREADS=1 $PY scripts/dense_reference.py "$WORK/seg.h5" --level 1 --epochs "$EPOCHS" --lr "$LRS" "$@" \
+  OMP_NUM_THREADS=1 $PY scripts/peers/dense_reference.py "$WORK/seg.h5" --level 1 --epochs "$EPOCHS" --lr "$LRS" "$@" \
     >"$WORK/$name.json"
 }
 probe b256 --batch-size 256 &

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real architectures through precompute against the same TorchScript file alone (issue 22).
+# Real architectures through precompute against the same TorchScript file alone (docs/performance.md).
 # MobileNetV2, ResNet-50, ConvNeXt-T and ViT-B/16 from Debian's python3-torchvision, random
 # weights (the time of a forward call does not depend on them), 4 taps each, levels 2 and 3
 # stored as float16, batch 64, --threads 2 (THREADS), uint8 inputs of 96-128 px. Per architecture, in
@@ -9,7 +9,7 @@
 #                  warm-up included, as in the run)
 #   enc in run     precompute's encoder_seconds;  wall: precompute's wall time (out of the box:
 #                  the encoder as loaded)
-#   py script      scripts/encoder_loop.py --mode script: the whole serial script a user would
+#   py script      scripts/peers/encoder_loop.py --mode script: the whole serial script a user would
 #                  write (load the model, then per batch an h5py read, conversion to float, the
 #                  forward call and h5py writes of the outputs as float16), load included as
 #                  precompute's wall includes loading its encoder
@@ -29,9 +29,8 @@
 # freed memory too): each side pays its process's first touch of that memory once. Known
 # bias: a third copy in one process pays more in its first calls than a second (LibTorch's own
 # behaviour); with BRACKET=half the run is the third copy in bench_precompute's process and the
-# passes alone the second and fourth (BRACKET=0: the run the second, encoder-only the third;
-# docs/performance-log.md, "Real architectures, earlier").
-# Prints the medians (min-max) and the ratios the issue's targets are about, then each round with
+# passes alone the second and fourth (BRACKET=0: the run the second, encoder-only the third).
+# Prints the medians (min-max) and the ratios the targets are about, then each round with
 # what the machine did meanwhile (steal, other processes' CPU), so a slow round can be told from
 # outside interference, then each round's encoder calls: slow calls in the run and alone,
 # whether the encoder's threads waited for a core in them, and the stages' CPU inside the calls
@@ -42,13 +41,10 @@
 #                  few tenths of a second more: a second copy's load and warm-up); encoder-only
 #                  is then bench_precompute's alone_seconds of the two (each pass's first two
 #                  calls pay its copy's warm-up and count once, as the mean of the two; the
-#                  later calls are pooled). The machine's speed drifts: on the 2-core build VM
-#                  one process's passes alone took 96-120 ms per MobileNetV2 call (medians),
-#                  so a pass on one side of the run measures the machine up to ten seconds
-#                  away from it, and a drift that is linear in time cancels only out of a
-#                  pass on each side. 0: one pass after the run (the default until
-#                  stop 54). 1: a whole pass before and after (about 3 minutes more, past 15
-#                  minutes). With a pass before, the run is the third copy of the encoder in its
+#                  later calls are pooled). A machine's speed drifts, so a pass on one side of
+#                  the run measures the machine up to ten seconds away from it, and a drift
+#                  that is linear in time cancels only out of a pass on each side. 0: one pass
+#                  after the run. 1: a whole pass before and after (about 3 minutes more). With a pass before, the run is the third copy of the encoder in its
 #                  process, not the second; the table also prints enc/after and wall/after
 #                  (what the pass after alone would have given) and per round what the machine
 #                  did during the pass before.
@@ -61,12 +57,11 @@
 # PEER_HUGE_PAGES=0 (above);
 # rows: by default, each model's rows take its encoder at least RUN_SECONDS (10) at THREADS
 # threads on DEVICE, at the fastest of a few batches that export_torchvision.py times through
-# the module precompute runs (the short end of the issue's 10-30 s; on the 2-core build VM 5
-# rounds took 12.3-14.0 minutes on Debian 12 and 13, and 20.5 with OPTIMIZED=1);
+# the module precompute runs (5 rounds take about 13 minutes on 2 cores, 20 with OPTIMIZED=1);
 # the output's second line says what it chose;
 # ROWS="mobilenet_v2=15360,resnet50=1344" fixes counts (multiples of 64) instead;
 # EXTRA="--opt ..." passes options to bench_precompute; THREADS=N the encoder's threads on both
-# sides (default 2, the issue's setup; on 2 cores THREADS=1 leaves the stages a core of their own);
+# sides (default 2; on 2 cores THREADS=1 leaves the stages a core of their own);
 # DEVICE=cuda runs the encoder on the GPU on both sides (default cpu; rows are timed there too);
 # HASH_MEMO=off: precompute hashes its encoder file in every run (default: a memo in WORK_DIR, as
 # a user's runs share ~/.cache/embcache: round 1 hashes each model's file, later rounds read the
@@ -97,7 +92,7 @@ PEER_TUNABLES=
 # glibc keeps freed activations for reuse instead of unmapping them (as precompute's own
 # allocator scope does for its encoder thread), so the peer is not slowed by page faults.
 export MALLOC_MMAP_THRESHOLD_=4294967296 MALLOC_TRIM_THRESHOLD_=4294967296
-GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" --seconds "${RUN_SECONDS:-10}" \
+GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/data/export_torchvision.py "$WORK" --only "${ONLY:-}" --rows "${ROWS:-}" --seconds "${RUN_SECONDS:-10}" \
   --threads "$THREADS" --device "$DEVICE" >"$WORK/models.jsonl" 2>"$WORK/export.err" ||
   { cat "$WORK/export.err" >&2; exit 1; }
 # One line per model: name, encoder, dataset, input size, rows, and how the rows were chosen (the
@@ -137,7 +132,7 @@ for round in $(seq "$REPEATS"); do
         --threads "$THREADS" --device "$DEVICE" --scale 0.00392157 --plain-write-mb 16 --warm-up-input "3,$size,$size" --optimize "${bracket[@]}" ${EXTRA:-} >"$WORK/$name-opt-$round.json"
       rm -rf "$WORK/out-$name.h5" "$WORK/out-$name.h5.runs" "$WORK/out-$name.h5.parts"
     fi
-    GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/encoder_loop.py "$enc" "$data" --levels 2,3 --threads "$THREADS" --device "$DEVICE" --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
+    GLIBC_TUNABLES=${PEER_TUNABLES} $PY scripts/peers/encoder_loop.py "$enc" "$data" --levels 2,3 --threads "$THREADS" --device "$DEVICE" --mode $PY_MODE --warm-up --out "$WORK/py-$name.h5" \
       >"$WORK/$name-py-$round.json"
     rm -f "$WORK/py-$name.h5"
   done

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# int8 storage benchmark (issue 19). Real data: Fashion-MNIST through the demo encoder, whose
+# int8 storage benchmark (docs/performance.md, "The output side"). Real data: Fashion-MNIST through the demo encoder, whose
 # level 1 is a 32 x 7 x 7 map (49 positions per channel). For each storage dtype it prints the
 # level's stored bytes (int8: with its scales) and the ratio to float32, the whole file, the
 # precompute rate, and a linear probe's test accuracy on level 1 over TEST rows, trained with
@@ -17,7 +17,7 @@ PY=${PYTHON:-/usr/bin/python3}
 E=$(realpath "$BUILD/apps/embcache/embcache")
 TRAIN=${TRAIN:-3000}
 TEST=${TEST:-2000}
-$PY scripts/make_demo_data.py "$WORK" --train "$TRAIN" --val 500 --test "$TEST" >/dev/null
+$PY scripts/data/make_demo_data.py "$WORK" --train "$TRAIN" --val 500 --test "$TEST" >/dev/null
 cd "$WORK"
 printf "%-9s %14s %8s %12s %11s %9s %8s\n" dtype "level 1 bytes" ratio "file bytes" "crops/s" "test acc" points
 f32_bytes="" f32_acc=""

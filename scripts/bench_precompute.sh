@@ -3,7 +3,7 @@
 # real pipeline, each compared with (a) the same batches through a freshly loaded copy of the
 # encoder alone in the same process (its first, slower calls included, as they are in the run) and
 # (b) plain uncompressed HDF5 writes measured in the same process.
-# Targets (issue 2): heavy wall / encoder-only <= 1.10; light MB/s >= 0.5 x plain HDF5 MB/s.
+# Targets: heavy wall / encoder-only <= 1.10; light MB/s >= 0.5 x plain HDF5 MB/s (docs/performance.md).
 # Usage: scripts/bench_precompute.sh [WORK_DIR]   (default: a temporary directory)
 #        ONLY=REGEX runs only the configurations whose label matches (ONLY='^bench-heavy$').
 # From an existing build (a GPU node, no apt): BUILD_DIR=DIR with DIR/apps/embcache/embcache built
@@ -22,10 +22,10 @@ $PY $FX encoders "$WORK/enc"
 BENCH=$BUILD/bench/bench_precompute
 
 REPEATS=${REPEATS:-5}
-# Figures on a 2-core VM vary 10-20% run to run: each configuration runs REPEATS times and the
+# Figures on a small VM vary 10-20% run to run: each configuration runs REPEATS times and the
 # median run (by the figure its target is about) is printed, with the range of that figure. The
-# VM's speed itself drifts: the heavy encoder's median call took 36.8 ms in one phase of a run and
-# 39.4 ms in the next (traced), so one run's wall / encoder-only can be off by 5% either way.
+# machine's speed also drifts within a run, so one run's wall / encoder-only can be off by 5%
+# either way.
 run() {  # run LABEL KEY ENCODER DATASET [options]; KEY: the summary field the median is taken by
   local label=$1 key=$2 enc=$3 data=$4
   shift 4
@@ -90,7 +90,7 @@ run bench-heavy-spare-core $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch
 # A long run in miniature: runs past --commit-seconds commit many times (here every 64 MiB).
 run bench-heavy-commits $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --segment-mb 64 --plain-write-mb 256
 # Every run into a new file: on a VM that reports free memory to its host, the page-cache writes
-# then touch memory the host reclaimed, and cost the encoder's cores 0.6-1 s; --drop-behind
+# then touch memory the host reclaimed, and cost the encoder's cores; --drop-behind
 # evicts written ranges once on disk, so the writes reuse those pages.
 run bench-heavy-new-file $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --plain-write-mb 256
 run bench-heavy-new-file-drop-behind $HEAVY bench_heavy.pt heavy.h5 --crop-size 48 --batch-size 16 --plain-write-mb 256 \

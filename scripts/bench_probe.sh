@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Probe-training benchmark (issue 3). A synthetic float16 cache of 20k crops (level 0: 96x6x6,
+# Probe-training benchmark (docs/performance.md, "Many heads in one pass"). A synthetic float16 cache of 20k crops (level 0: 96x6x6,
 # level 1: 1280x3x3, ~600 MB) and the real CLI for every tier; samples/s are per training epoch
 # (metrics.json timing.samples_per_second). Prints each figure and the ratio to its target:
 #   host tier       >= 1.5 x the simplest in-memory approach (yardstick, same process kind)
@@ -124,7 +124,7 @@ echo "== 6. dense heads: seconds per epoch on the demo segmentation data (8,000 
 # Levels of the demo CNN: 0 is 16x14x14, 1 is 32x7x7; batch auto (64 on a dense task).
 SEG=$WORK/seg
 [[ -f $SEG/seg.h5 ]] || {
-  $PY scripts/make_demo_data.py "$SEG" --train 8000 --val 1000 --test 2000 >/dev/null
+  $PY scripts/data/make_demo_data.py "$SEG" --train 8000 --val 1000 --test 2000 >/dev/null
   "$E" precompute --encoder "$SEG/demo_encoder.pt" --dataset "$SEG/fashion_mnist_seg.h5" --out "$SEG/seg.h5" \
     --scale 0.00392157 --mean 0.286 --std 0.353 --dtype float16 --quiet --no-fsync
 }
@@ -137,9 +137,9 @@ dense() {  # dense NAME HEAD LEVELS [options]: seconds per training epoch
     "$WORK/$name/metrics.json"
 }
 # The yardstick: the same head, batch (64) and optimizer as an eager PyTorch loop over the train
-# split's features in memory (scripts/dense_eager.py), in this run.
+# split's features in memory (scripts/peers/dense_eager.py), in this run.
 eager() {  # eager HEAD LEVELS WIDTH [LRS]: seconds per epoch of all LRS one after another
-  $PY scripts/dense_eager.py "$SEG/seg.h5" --head "$1" --levels "$2" --width "$3" --lrs "${4:-1e-3}" --epochs 2 --device "$DEVICE" |
+  $PY scripts/peers/dense_eager.py "$SEG/seg.h5" --head "$1" --levels "$2" --width "$3" --lrs "${4:-1e-3}" --epochs 2 --device "$DEVICE" |
     $PY -c 'import json,sys; print("%.2f" % json.load(sys.stdin)["grid_seconds_per_epoch"])'
 }
 conv=$(dense d-conv conv 1)
@@ -159,7 +159,7 @@ echo "conv, a grid of 3 learning rates: ${grid}s per epoch, $(ratio "$grid" "$co
 # it is timed on 1/8 of the train rows and scaled to the whole split.
 s=$(dense d-upernet-512 upernet 1 --train-fraction 0.125)
 s=$($PY -c 'import sys; print(f"{float(sys.argv[1]) * 8:.2f}")' "$s")
-e=$($PY scripts/dense_eager.py "$SEG/seg.h5" --head upernet --levels 1 --width 512 --epochs 2 --train-fraction 0.125 --device "$DEVICE" |
+e=$($PY scripts/peers/dense_eager.py "$SEG/seg.h5" --head upernet --levels 1 --width 512 --epochs 2 --train-fraction 0.125 --device "$DEVICE" |
     $PY -c 'import json,sys; print("%.2f" % (json.load(sys.stdin)["grid_seconds_per_epoch"] * 8))')
 echo "upernet 1 (width 512): ${s}s per epoch (from 1/8 of the rows), $(ratio "$s" "$conv") x the conv head;" \
      "eager PyTorch ${e}s: $(ratio "$s" "$e") x (target <= 1.0)"

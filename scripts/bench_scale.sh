@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Caches of parts, measured (docs/scale-out.md, "Figures"):
+# Caches of parts, measured (docs/performance.md, "Reruns cost what is new"):
 #  1. adding 1% new windows to a cache of ~2 GB (light benchmark encoder) against computing that
 #     1% into an empty cache: the rerun writes only the new rows (it still reads and hashes every
 #     window of the dataset, which is what staleness needs);
@@ -97,7 +97,7 @@ fi
 
 if [[ $SECTIONS == *2* ]]; then
 echo "== 2. train-probe epochs: a cache of 16 parts against the same rows in one file =="
-$PY scripts/make_demo_data.py "$WORK/fm" --train 20000 --val 2000 --test 2000 >/dev/null
+$PY scripts/data/make_demo_data.py "$WORK/fm" --train 20000 --val 2000 --test 2000 >/dev/null
 POPTS=(--encoder "$WORK/fm/demo_encoder.pt" --dataset "$WORK/fm/fashion_mnist.h5" --scale 0.00392157 --mean 0.286 --std 0.353
        --dtype float16 --batch-size 64 --threads 2 --quiet --no-fsync)
 if [[ ! -f $WORK/parts16.h5 ]]; then

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A GPU node with PyTorch but no apt: builds embcache against that PyTorch's LibTorch (CUDA,
-# EMBCACHE_TORCH=python, without GDAL) and the prefix of scripts/node_prefix.sh, then runs, each
+# EMBCACHE_TORCH=python, without GDAL) and the prefix of scripts/env/node_prefix.sh, then runs, each
 # only while the time budget lasts:
 #   build    configure and build (Ninja, every core); the machine, compiler and PyTorch versions first
 #   check    --version, the unit suites (test_cuda.cpp's CUDA case among them) and e2e_cuda

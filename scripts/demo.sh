@@ -13,7 +13,7 @@ rm -rf "$OUT"
 mkdir -p "$OUT"
 EMBCACHE=build/apps/embcache/embcache
 
-/usr/bin/python3 scripts/make_demo_data.py "$OUT"
+/usr/bin/python3 scripts/data/make_demo_data.py "$OUT"
 echo
 echo "== precompute: every level of every image, float16, crash-safe and incremental =="
 $EMBCACHE precompute --encoder "$OUT/demo_encoder.pt" --dataset "$OUT/fashion_mnist.h5" \

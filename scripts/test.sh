@@ -8,7 +8,7 @@
 #   --tsan      then builds build-tsan/ with ThreadSanitizer and runs the tests it gives a clean
 #               signal on (TSAN_TESTS below; docs/architecture.md says what it covers and why).
 #   --debian13-root  then runs the whole suite again in a Debian 13 root made by mmdebstrap
-#               (scripts/debian_root.sh: reused while its package list is unchanged on this
+#               (scripts/env/debian_root.sh: reused while its package list is unchanged on this
 #               machine), building in build-debian13/. Needs root. CI runs it on its Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +46,6 @@ if ((tsan)); then
   build-tsan/tests/embcache_unit_tests "-tce=the encoder's waits hold*,the encoder allocator scope*"
 fi
 if ((debian13)); then
-  echo "== the whole suite in a Debian 13 root (scripts/debian_root.sh trixie, build-debian13/) =="
-  JOBS=$JOBS BUILD_DIR=build-debian13 scripts/debian_root.sh trixie -- scripts/test.sh "$@"
+  echo "== the whole suite in a Debian 13 root (scripts/env/debian_root.sh trixie, build-debian13/) =="
+  JOBS=$JOBS BUILD_DIR=build-debian13 scripts/env/debian_root.sh trixie -- scripts/test.sh "$@"
 fi

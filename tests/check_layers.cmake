@@ -1,4 +1,5 @@
-# Fails when a source includes a module above its own. Run by ctest:
+# Fails when a source includes a module above its own, or a unit test sits outside its module's
+# folder. Run by ctest:
 #   cmake -DSOURCE_DIR=<repo> "-DMODULES=core;h5;..." -P check_layers.cmake
 # MODULES is the one statement of the order (EMBCACHE_MODULES in src/CMakeLists.txt): a module may
 # include itself and the modules before it. apps/ and bench/ sit above every module. Headers of
@@ -37,6 +38,31 @@ foreach(source IN LISTS sources)
     elseif(source MATCHES "^src/.*\\.hpp$" AND line MATCHES "^#include <torch/(torch|script)\\.h>")
       string(APPEND problems "  ${source}: ${line} in a header; include it in the .cpp (compile time)\n")
     endif()
+  endforeach()
+endforeach()
+# Unit tests live in tests/unit/<module>/ and belong to that module's doctest suite (the suite
+# ctest runs as unit_<module>).
+file(GLOB_RECURSE tests RELATIVE "${SOURCE_DIR}" "${SOURCE_DIR}/tests/unit/*/*.cpp")
+foreach(test IN LISTS tests)
+  string(REGEX MATCH "^tests/unit/([a-z0-9_]+)/" _ "${test}")
+  set(folder "${CMAKE_MATCH_1}")
+  list(FIND MODULES "${folder}" known)
+  if(known EQUAL -1)
+    string(APPEND problems "  ${test}: tests/unit/${folder}/ is not a module of EMBCACHE_MODULES\n")
+    continue()
+  endif()
+  file(STRINGS "${SOURCE_DIR}/${test}" suites REGEX "TEST_SUITE(_BEGIN)?\\(\"|test_suite\\(\"")
+  if(NOT suites)
+    string(APPEND problems "  ${test}: declares no doctest suite; open TEST_SUITE_BEGIN(\"${folder}\")\n")
+  endif()
+  foreach(line IN LISTS suites)
+    string(REGEX MATCHALL "(TEST_SUITE(_BEGIN)?|test_suite)\\(\"[a-z0-9_]+\"" named "${line}")
+    foreach(one IN LISTS named)
+      string(REGEX REPLACE ".*\\(\"([a-z0-9_]+)\"" "\\1" suite "${one}")
+      if(NOT suite STREQUAL folder)
+        string(APPEND problems "  ${test}: a case in suite '${suite}' in tests/unit/${folder}/; move it to tests/unit/${suite}/\n")
+      endif()
+    endforeach()
   endforeach()
 endforeach()
 # A module named in the order but with no sources is a stale order.

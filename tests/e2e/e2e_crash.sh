@@ -2,7 +2,7 @@
 # SIGKILL at random moments: every later run opens the cache, keeps what was committed, and the
 # final cache holds features bit-identical to an uninterrupted run. A reader polling the cache
 # meanwhile sees a consistent cache or a clear "being written" error, never garbage.
-# KILLS (default 5) sets the number of kills; scripts/kill_loop.sh runs many more.
+# KILLS (default 5) sets the number of kills; scripts/tools/kill_loop.sh runs many more.
 source "$(dirname "$0")/lib.sh"
 KILLS=${KILLS:-5}
 SEED=${SEED:-$RANDOM}

@@ -3,7 +3,7 @@
 # --amp within half precision's), and train-probe on CUDA trains as it does on the CPU in every
 # tier (gpu, host, stream), for linear grids, k-NN, L-BFGS logistic regression and dense heads; the
 # head.pt of a GPU run is a CPU module that reproduces the reported metric. Exits 77 (ctest: skipped)
-# where LibTorch sees no CUDA device; tests/unit/test_cuda.cpp holds the exact comparison (TF32 off).
+# where LibTorch sees no CUDA device; tests/unit/pipeline/test_cuda.cpp holds the exact comparison (TF32 off).
 source "$(dirname "$0")/lib.sh"
 : "${PROBE_PY:?run through ctest}" "${DEMO_DATA_PY:?}"
 probe() { "$PYTHON" "$PROBE_PY" "$@"; }

@@ -129,7 +129,7 @@ expect_error 2 "--C: applies to --head logreg only" "$EMBCACHE" train-probe --ca
   --task classification --head linear --levels 1 --C 1
 expect_error 2 "--C: values must be positive" "$EMBCACHE" train-probe --cache fm.h5 --out bad \
   --task classification --head logreg --levels 1 --C 0,1
-expect_error 2 "--head logreg is multinomial logistic regression; use it with --task classification" "$EMBCACHE" \
+expect_error 2 "--head: logreg is multinomial logistic regression; use it with --task classification" "$EMBCACHE" \
   train-probe --cache seg_cache.h5 --out bad --task segmentation --head logreg --levels 0
 
 # knn: one top-k pass for every k equals DINO's k-NN written in plain torch; the stream tier
@@ -146,7 +146,7 @@ grep -q "no head.pt: a k-NN head holds the train split" knn-stream.err || fail "
   knn knn-stream || fail "knn: the stream tier differs from the host tier"
 expect_error 2 "--k: 5000 is larger than the train split ('train', 3000 rows)" "$EMBCACHE" train-probe --cache fm.h5 \
   --out bad --task classification --head knn --levels 1 --k 20,5000
-expect_error 2 "--head knn votes for a class; use it with --task classification" "$EMBCACHE" train-probe \
+expect_error 2 "--head: knn votes for a class; use it with --task classification" "$EMBCACHE" train-probe \
   --cache seg_cache.h5 --out bad --task segmentation --head knn --levels 0
 expect_error 2 "--k: applies to --head knn only" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification \
   --levels 1 --k 5
@@ -256,7 +256,7 @@ expect_error 2 "'val' is also the --train-split" "$EMBCACHE" train-probe --cache
 expect_error 2 "streaming needs about .* raise the budget to [0-9.]* MiB (the features then stay in memory)" \
   "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head conv --levels 0 --batch-size 2048 --host-memory-budget 20M
 expect_error 2 "--lr: 0.001 is listed twice" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --lr 1e-3,0.01,0.001
-expect_error 2 "--levels 1+1: level 1 is listed twice" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1+1
+expect_error 2 "--levels: level 1 is listed twice in 1+1" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1+1
 expect_error 2 "--head: mlp is listed twice" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --head mlp,linear,mlp
 expect_error 2 "--test-split: 'val' is also the --val-split" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --test-split val
 expect_error 3 "outside \[0, 5)" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --levels 1 --num-classes 5
@@ -305,7 +305,7 @@ expect_error 2 "upernet predicts per pixel; use it with --task segmentation or p
 expect_error 2 "fpn combines several levels" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head fpn --levels 1
 expect_error 2 "level 2 is a vector" "$EMBCACHE" train-probe --cache fm.h5 --out bad --task classification --head conv --levels 2
 sha_before=$(sha256sum fm.h5)
-expect_error 2 "--out fm.h5: .*fm.h5 is a file; name a directory" "$EMBCACHE" train-probe --cache fm.h5 --out fm.h5 --task classification --levels 1
+expect_error 2 "--out: .*fm.h5 is a file; name a directory" "$EMBCACHE" train-probe --cache fm.h5 --out fm.h5 --task classification --levels 1
 [[ $(sha256sum fm.h5) == "$sha_before" ]] || fail "--out naming the cache changed the cache"
 expect_error 3 "fashion_mnist.h5x: no such file" "$EMBCACHE" train-probe --cache fashion_mnist.h5x --out bad --task classification --levels 1
 [[ ! -e bad ]] || fail "a failed run left a run directory"

@@ -190,6 +190,6 @@ expect_error 2 "--layers: required for rslearn datasets" pre --dataset ds
 expect_error 2 "--layers: expected LAYER:BAND" pre --dataset ds --layers sentinel2
 expect_error 2 "--label-property: required with the vector label layer label" pre --dataset ds --layers "$LAYERS" --label-layer label
 expect_error 3 'class "urban" is not in --classes forest,water' pre --dataset ds --layers "$LAYERS" --label-layer label --label-property category --classes forest,water
-expect_error 2 "--layers applies to rslearn datasets" pre --dataset expected.h5 --layers "$LAYERS"
+expect_error 2 "--layers: applies to rslearn datasets" pre --dataset expected.h5 --layers "$LAYERS"
 [[ ! -e bad.h5 ]] || fail "a failed precompute left a cache"
 echo "e2e_rslearn: all checks passed"

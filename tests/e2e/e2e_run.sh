@@ -84,10 +84,10 @@ for want in 'precompute\[0\].dataset: .*missing.h5 does not exist' 'precompute\[
             'precompute\[1\].dtype: a list here would mean several caches' \
             'probes\[0\].lr\[2\]: expected a number, got "fast"' \
             'probes\[1\].learning_rate: unknown key "learning_rate"; did you mean "lr"' \
-            'probes\[1\].cache: "nope" is neither a precompute entry' 'fpn combines several levels' \
+            'probes\[1\].cache: "nope" is neither a precompute entry' 'probes\[2\].levels \(levels=1\): fpn combines several levels' \
             'precompute\[2\].crop_size: expected S or WxH \(64 or 64x32\), got "14x"' \
             "precompute\[3\].out: .*out-bad/caches/enc.h5 is also precompute\[0\]'s cache; give each entry its own" \
-            'precompute\[4\]: --out .*data/fashion_mnist.h5 is the dataset itself' \
+            'precompute\[4\].out: .*data/fashion_mnist.h5 is the dataset itself' \
             'probes\[3\].warmup_epochs \(levels=1,lr=0.1\): 30 is not shorter than --epochs 20' \
             'probes\[4\]: e/levels=1,lr=0.01 \(levels\[0\], lr\[1\]\) is the same run as probes\[4\] e/levels=1,lr=0.01 \(levels\[0\], lr\[0\]\)'; do
   grep -qE -- "$want" err.txt || fail "bad config: stderr lacks /$want/: $(cat err.txt)"
@@ -111,7 +111,7 @@ write_study
 grep -q "8 probe runs (0 finished, 8 to run in 3 train-probe passes)" plan.txt || fail "dry run plan: $(cat plan.txt)"
 grep -q "sweep, 6 runs in one pass" plan.txt || fail "dry run should fuse the sweep: $(cat plan.txt)"
 [[ ! -e out ]] || fail "--dry-run created the output_dir"
-expect_error 2 "--only nosuch: no precompute or probe entry" "$EMBCACHE" run study.json --only nosuch
+expect_error 2 "--only: nosuch: no precompute or probe entry" "$EMBCACHE" run study.json --only nosuch
 
 "$EMBCACHE" run study.json >run1.txt
 grep -q "linear-sweep\|sweep (best first by val accuracy)" run1.txt || fail "no results table: $(cat run1.txt)"
@@ -153,7 +153,7 @@ cat >typo.json <<'JSON'
 JSON
 "$EMBCACHE" run typo.json --dry-run >typo-plan.txt
 grep -q "will fail: --levels: level '7' is not in" typo-plan.txt || fail "dry run of a level typo: $(cat typo-plan.txt)"
-grep -q "will fail: --head conv needs feature maps, but level 2 is a vector" typo-plan.txt || fail "dry run, conv on a vector: $(cat typo-plan.txt)"
+grep -q "will fail: --levels: conv needs feature maps, but level 2 is a vector" typo-plan.txt || fail "dry run, conv on a vector: $(cat typo-plan.txt)"
 [[ $(grep -c "will fail" typo-plan.txt) -eq 2 ]] || fail "dry run: only two passes fail: $(cat typo-plan.txt)"
 expect_error 2 "typo.json: probe entry \"typo\": --levels: level '7' is not in .*; no probe pass was run" "$EMBCACHE" run typo.json
 [[ ! -e out-typo/passes && ! -e out-typo/runs ]] || fail "a pass ran before the level typo was found"
@@ -319,7 +319,7 @@ expect_error 3 'grow.json: precompute "enc": .*enc.h5: this cache was made with 
 scenario_configs() {
 # The example studies in configs/ stay valid: each plans its runs against the demo data.
 mkdir -p examples/configs
-cp "$(dirname "$DEMO_DATA_PY")"/../configs/*.json examples/configs/
+cp "$(dirname "$DEMO_DATA_PY")"/../../configs/*.json examples/configs/
 ln -s ../data examples/demo-out
 for c in examples/configs/*.json; do
   "$EMBCACHE" run "$c" --dry-run >plan-example.txt 2>&1 || fail "$c: $(cat plan-example.txt)"

@@ -3,7 +3,10 @@
 #include "doctest_torch.hpp"
 
 #include <sched.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <exception>
 #include <filesystem>
@@ -59,65 +62,54 @@ void replace_in_file(const std::string& path, const std::string& from, const std
 
 namespace {
 
-hid_t native_type(const at::Tensor& t, bool as_uint16) {
-  if (as_uint16) return H5T_NATIVE_UINT16;
+h5::Type native_type(const at::Tensor& t, bool as_uint16) {
+  if (as_uint16) return h5::native<std::uint16_t>();
   switch (t.scalar_type()) {
-    case at::kByte: return H5T_NATIVE_UINT8;
-    case at::kShort: return H5T_NATIVE_INT16;
-    case at::kInt: return H5T_NATIVE_INT32;
-    case at::kLong: return H5T_NATIVE_INT64;
-    case at::kFloat: return H5T_NATIVE_FLOAT;
-    case at::kDouble: return H5T_NATIVE_DOUBLE;
+    case at::kByte: return h5::native<std::uint8_t>();
+    case at::kShort: return h5::native<std::int16_t>();
+    case at::kInt: return h5::native<std::int32_t>();
+    case at::kLong: return h5::native<std::int64_t>();
+    case at::kFloat: return h5::native<float>();
+    case at::kDouble: return h5::native<double>();
     default: throw std::runtime_error("unsupported test tensor dtype");
   }
 }
 
-void write_tensor(hid_t file, const std::string& name, const at::Tensor& tensor, bool as_uint16 = false) {
+void write_tensor(const h5::File& file, const std::string& name, const at::Tensor& tensor, bool as_uint16 = false) {
   at::Tensor t = tensor.contiguous();
   std::vector<hsize_t> dims(t.sizes().begin(), t.sizes().end());
-  h5::Handle space(H5Screate_simple(int(dims.size()), dims.data(), nullptr), H5Sclose);
-  const hid_t file_type = native_type(t, as_uint16);
-  h5::Handle ds(h5::check(H5Dcreate2(file, name.c_str(), file_type, space.get(), H5P_DEFAULT,
-                                     H5P_DEFAULT, H5P_DEFAULT), "create", name),
-                H5Dclose);
-  h5::check_status(H5Dwrite(ds.get(), native_type(t, false), H5S_ALL, H5S_ALL, H5P_DEFAULT, t.data_ptr()),
-                   "write", name);
+  const h5::Dataspace space = h5::simple_space(dims, {}, name);
+  const h5::Dataset ds = h5::create_dataset(file, name, native_type(t, as_uint16), space, name);
+  h5::write_whole(ds, native_type(t, false), t.data_ptr(), name);
 }
 
-void write_strings(hid_t file, const std::string& name, const std::vector<std::string>& values) {
-  const hsize_t n = values.size();
-  h5::Handle space(H5Screate_simple(1, &n, nullptr), H5Sclose);
-  h5::Handle type = h5::vlen_utf8_type();
-  h5::Handle ds(H5Dcreate2(file, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
-                H5Dclose);
-  std::vector<const char*> pointers;
-  for (const auto& v : values) pointers.push_back(v.c_str());
-  h5::check_status(H5Dwrite(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()), "write", name);
+void write_strings(const h5::File& file, const std::string& name, const std::vector<std::string>& values) {
+  h5::write_string_dataset(file, name, values, name);
 }
 
 }  // namespace
 
 void write_array_dataset(const std::string& path, const ArrayDatasetSpec& spec) {
-  h5::Handle file = h5::create_file(path);
-  write_tensor(file.get(), "images", spec.images, spec.images_uint16);
-  if (!spec.names.empty()) write_strings(file.get(), "names", spec.names);
-  if (!spec.groups.empty()) write_strings(file.get(), "groups", spec.groups);
-  if (!spec.splits.empty()) write_strings(file.get(), "splits", spec.splits);
-  if (spec.labels.defined()) write_tensor(file.get(), "labels", spec.labels);
+  const h5::File file = h5::create_file(path);
+  write_tensor(file, "images", spec.images, spec.images_uint16);
+  if (!spec.names.empty()) write_strings(file, "names", spec.names);
+  if (!spec.groups.empty()) write_strings(file, "groups", spec.groups);
+  if (!spec.splits.empty()) write_strings(file, "splits", spec.splits);
+  if (spec.labels.defined()) write_tensor(file, "labels", spec.labels);
   if (spec.masks.defined()) {
-    write_tensor(file.get(), "masks", spec.masks);
+    write_tensor(file, "masks", spec.masks);
     if (spec.ignore_index) {
-      h5::Handle ds = h5::open_dataset(file.get(), "masks");
-      h5::write_attr(ds.get(), "ignore_index", *spec.ignore_index);
+      const h5::Dataset ds = h5::open_dataset(file, "masks");
+      h5::write_attr(ds, "ignore_index", *spec.ignore_index);
     }
   }
 }
 
 void overwrite_image_row(const std::string& path, std::int64_t row, const at::Tensor& pixels) {
-  h5::Handle file = h5::open_file(path, true);
-  h5::Handle ds = h5::open_dataset(file.get(), "images");
+  const h5::File file = h5::open_file(path, true);
+  const h5::Dataset ds = h5::open_dataset(file, "images");
   at::Tensor p = pixels.contiguous();
-  h5::write_rows(ds.get(), native_type(p, false), hsize_t(row), 1, p.data_ptr(), path);
+  h5::write_rows(ds, native_type(p, false), hsize_t(row), 1, p.data_ptr(), path);
 }
 
 std::string fixture(const std::string& name) {
@@ -187,6 +179,22 @@ ProbeOptions small_classification_probe(const TempDir& dir, int images, int val_
   o.caches = {dir.file("c.h5")};
   o.task = "classification";
   return o;
+}
+
+pid_t thread_id() { return pid_t(::syscall(SYS_gettid)); }
+
+void wait_until_asleep(pid_t tid, double seconds) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  const std::string path = "/proc/self/task/" + std::to_string(tid) + "/stat";
+  while (std::chrono::steady_clock::now() < until) {
+    std::ifstream stat(path);
+    std::string text;
+    if (!stat || !std::getline(stat, text)) return;  // the thread has ended
+    const auto paren = text.rfind(')');  // the state follows the command, which may hold spaces
+    if (paren != std::string::npos && paren + 2 < text.size() && (text[paren + 2] == 'S' || text[paren + 2] == 'D')) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  FAIL("thread " << tid << " was still running after " << seconds << " s");
 }
 
 }  // namespace embcache::testing

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <ATen/ATen.h>
+#include <sys/types.h>
 
 #include <cstdint>
 #include <functional>
@@ -76,5 +77,12 @@ void on_one_cpu(const std::function<void()>& body);
 // A classification cache of `images` 20x24 images in 3 classes (every `val_every`-th in val, the
 // rest in train), precomputed with multi_scripted.pt into DIR/c.h5, and options that train on it.
 ProbeOptions small_classification_probe(const TempDir& dir, int images, int val_every);
+
+// The calling thread's id (gettid), for wait_until_asleep.
+pid_t thread_id();
+// Waits, up to `seconds`, until thread `tid` of this process sleeps in a wait (state S or D in
+// /proc/self/task/TID/stat) or has ended. A check that a thread has not done something yet means
+// something only once that thread is blocked: one that has merely not run yet passes it too.
+void wait_until_asleep(pid_t tid, double seconds = 30);
 
 }  // namespace embcache::testing

@@ -1,6 +1,6 @@
 // How `embcache run` fuses probe runs into train-probe passes: runs that share every option but
 // head, levels, lr, weight decay, C, k, train fraction and seed train together when those form a
-// full grid (docs/run.md, "Fusion"); the rest go by (head, levels), else alone.
+// full grid (docs/run.md, "Running"); the rest go by (head, levels), else alone.
 #pragma once
 
 #include <cstddef>

@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
 
 namespace embcache {
 namespace {
@@ -85,7 +86,7 @@ RunLedger::RunLedger(const std::string& output_dir, int study_version)
 
 void RunLedger::append(const std::vector<nlohmann::json>& rows) {
   std::string data;
-  if (!std::filesystem::exists(path_) || std::filesystem::file_size(path_) == 0) {
+  if (!std::filesystem::exists(path_) || file_bytes(path_, "the run ledger") == 0) {
     data += nlohmann::json{{"embcache_ledger", 1}, {"study_version", version_}}.dump() + "\n";
   }
   for (const auto& row : rows) data += row.dump() + "\n";

@@ -389,7 +389,7 @@ class StudyParser {
   template <class Options>
   void add_option_problem(const std::string& where, const std::string& run,
                           const std::vector<OptionField<Options>>& fields, const Error& error) {
-    if (const auto* usage = dynamic_cast<const UsageError*>(&error); usage && !usage->option().empty()) {
+    if (const auto* usage = dynamic_cast<const UsageError*>(&error)) {
       for (const auto& field : fields) {
         if (field.name != usage->option()) continue;
         problems_.add(where + "." + field.json_key() + run, usage->detail());

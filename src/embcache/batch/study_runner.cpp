@@ -25,7 +25,6 @@
 #include "embcache/probe/trainer.hpp"
 #include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_store.hpp"
-#include "embcache/h5/h5.hpp"
 
 namespace embcache {
 namespace {
@@ -103,7 +102,7 @@ Selection select_entries(const Study& study, const std::vector<std::string>& onl
       std::string names;
       for (const auto& p : study.precomputes) names += (names.empty() ? "" : ", ") + p.name;
       for (const auto& g : study.groups) names += (names.empty() ? "" : ", ") + g;
-      throw UsageError("--only " + name + ": no precompute or probe entry of that name in " + study.path +
+      throw UsageError(OptionName{"only"}, name + ": no precompute or probe entry of that name in " + study.path +
                        " (entries: " + names + ")");
     }
     if (is_pre) selected.precomputes.insert(name);
@@ -274,14 +273,14 @@ void preflight_passes(const Study& study, const std::vector<Pass>& passes) {
 
 // Writes one run's directory from its combination of the pass; returns its ledger row.
 nlohmann::json write_run(const ProbeRun& run, const CombinationOutcome& c, std::size_t fused, const std::string& trained_on) {
-  fs::create_directories(run.options.out);
+  make_directories(run.options.out, "run " + run.name);
   const nlohmann::json m = run_metrics(*c.run_metrics, run, c, fused);
   write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
   write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
   // A run that diverged before its first finite epoch has no head, nor a k-NN whose train split was streamed.
   if (c.result.best_epoch > 0 && c.save_head) {
     c.save_head(run.options.out + "/head.pt.tmp");
-    fs::rename(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt");
+    move_into_place(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt", "run " + run.name);
   }
   nlohmann::json row = result_row(run, m);
   row["cache_content"] = trained_on;

@@ -39,9 +39,9 @@ class StageStopwatch {
 };
 
 // Splits the calling thread's CPU time between the kinds of work it does (the `cpu` of each
-// StageTime), from construction to destruction. The thread's CPU clock is a system call (1.3 us
-// on the 2-core build VM), so it is read only where the kind changes: read per window and per
-// crop, it took ~0.08 s of the prep stage's 0.25-0.3 s of CPU for MobileNetV2's 14,400 crops. The
+// StageTime), from construction to destruction. The thread's CPU clock is a system call, so it
+// is read only where the kind changes: read per window and per crop, it would be a good part of
+// the prep stage's own CPU time. The
 // little CPU a thread uses while it waits for work (it sleeps) goes to the kind it did last.
 // Lives in the thread it measures, and not beyond the StageTimes it charges.
 class CpuLedger {

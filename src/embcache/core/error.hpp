@@ -30,14 +30,13 @@ struct OptionName {
 };
 
 // Invalid options or option combinations: the user fixes the command line or the study field.
+// Always about one option: reads "--KEY: DETAIL" on the command line, and a study names its field
+// ("probes[2].lr: DETAIL") from option() and detail(), without taking the message apart.
 class UsageError : public Error {
  public:
-  explicit UsageError(const std::string& message) : Error(ExitCode::kUsage, message), detail_(message) {}
-  // About one option: reads "--KEY: DETAIL" on the command line, and a study names its field
-  // ("probes[2].lr: DETAIL") from option() and detail(), without taking the message apart.
   UsageError(OptionName option, const std::string& detail)
       : Error(ExitCode::kUsage, "--" + option.key + ": " + detail), option_(std::move(option.key)), detail_(detail) {}
-  const std::string& option() const { return option_; }  // "" when not about one option
+  const std::string& option() const { return option_; }
   const std::string& detail() const { return detail_; }
 
  private:

@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <functional>
 #include <thread>
@@ -30,6 +31,25 @@ void write_text_atomically(const std::string& path, const std::string& text, con
     std::remove(tmp.c_str());
     throw IoError(what + " " + path + ": cannot rename into place");
   }
+}
+
+void make_directories(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::create_directories(path, ec);
+  if (ec) throw IoError(what + " " + path + ": cannot create the directory (" + ec.message() + ")");
+}
+
+void move_into_place(const std::string& from, const std::string& to, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::rename(from, to, ec);
+  if (ec) throw IoError(what + " " + to + ": cannot move " + from + " into place (" + ec.message() + ")");
+}
+
+std::int64_t file_bytes(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  const auto bytes = std::filesystem::file_size(path, ec);
+  if (ec) throw IoError(what + " " + path + ": cannot read its size (" + ec.message() + ")");
+  return std::int64_t(bytes);
 }
 
 }  // namespace embcache

@@ -1,6 +1,8 @@
-// Small file helpers: atomic replacement of result files.
+// Small file helpers: atomic replacement of result files, and file-system calls whose failures
+// (a full disk, a permission) are IoErrors naming the path.
 #pragma once
 
+#include <cstdint>
 #include <string>
 
 namespace embcache {
@@ -9,5 +11,11 @@ namespace embcache {
 // so readers never see half a file, and concurrent writers of one path never mix theirs.
 // `what` names the option or output in the IoError.
 void write_text_atomically(const std::string& path, const std::string& text, const std::string& what);
+
+// std::filesystem's create_directories, rename and file_size; `what` names the option or output
+// the path belongs to in the IoError.
+void make_directories(const std::string& path, const std::string& what);
+void move_into_place(const std::string& from, const std::string& to, const std::string& what);
+std::int64_t file_bytes(const std::string& path, const std::string& what);
 
 }  // namespace embcache

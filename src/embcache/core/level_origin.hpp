@@ -6,11 +6,14 @@
 #include <cstdint>
 #include <string>
 
+#include "embcache/core/enum_table.hpp"
+
 namespace embcache {
 
 // What a stored level came from (the level attributes `source`, `source_output`, ...).
 enum class LevelSource { kMap, kVector, kPatchTokens, kClassToken, kPrefixToken, kChannelsLast };
-const char* level_source_name(LevelSource source);
+const EnumTable<LevelSource>& level_sources();
+const char* level_source_name(LevelSource source);  // level_sources()'s name
 // What a level without a `source` (format 1 files, older commit records) is: a vector when its
 // row has one axis (two with a time axis), else a map.
 LevelSource default_level_source(std::size_t row_rank, std::int64_t time_steps);

@@ -51,8 +51,8 @@ bool at_default(const OptionField<T>& field, const T& options) {
 template <class T>
 class OptionTable {
  public:
-  OptionField<T>& add(const char* name, const char* help, typename OptionField<T>::Member member) {
-    fields_.push_back(OptionField<T>{name, help, member});
+  OptionField<T>& add(const char* name, std::string help, typename OptionField<T>::Member member) {
+    fields_.push_back(OptionField<T>{name, std::move(help), member});
     return fields_.back();
   }
   OptionField<T>& last() { return fields_.back(); }

@@ -1,7 +1,7 @@
 // SHA-256 of files and byte strings, used to sign caches with the encoder's identity. Computed by
-// OpenSSL's libcrypto, which uses the CPU's SHA instructions where there are any (~1.4 GB/s on
-// the build machine, against ~0.3 GB/s for a portable implementation): a precompute hashes the
-// whole encoder file on every run, and real encoders are hundreds of MB.
+// OpenSSL's libcrypto, which uses the CPU's SHA instructions where there are any (several times
+// a portable implementation's speed): a precompute hashes the whole encoder file, and real
+// encoders are hundreds of MB.
 #pragma once
 
 #include <cstddef>

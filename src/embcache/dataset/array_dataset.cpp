@@ -15,24 +15,24 @@ namespace embcache {
 namespace {
 
 struct PixelType {
-  hid_t mem_type;
+  h5::Type (*mem_type)();  // the memory type pixels are read into
   at::ScalarType scalar;
 };
 
 // uint16 has no torch dtype in 1.13: HDF5 widens it to int32 exactly.
-std::optional<PixelType> pixel_type_for(hid_t file_type) {
+std::optional<PixelType> pixel_type_for(h5::Type file_type) {
   const h5::TypeInfo info = h5::type_info(file_type);
   const H5T_class_t cls = info.type_class;
   const std::size_t size = info.size;
   const bool is_signed = info.is_signed;
   if (cls == H5T_INTEGER) {
-    if (size == 1 && !is_signed) return PixelType{H5T_NATIVE_UINT8, at::kByte};
-    if (size == 2 && is_signed) return PixelType{H5T_NATIVE_INT16, at::kShort};
-    if (size == 2 && !is_signed) return PixelType{H5T_NATIVE_INT32, at::kInt};
-    if (size == 4 && is_signed) return PixelType{H5T_NATIVE_INT32, at::kInt};
+    if (size == 1 && !is_signed) return PixelType{h5::native<std::uint8_t>, at::kByte};
+    if (size == 2 && is_signed) return PixelType{h5::native<std::int16_t>, at::kShort};
+    if (size == 2 && !is_signed) return PixelType{h5::native<std::int32_t>, at::kInt};
+    if (size == 4 && is_signed) return PixelType{h5::native<std::int32_t>, at::kInt};
   }
   if (cls == H5T_FLOAT && size == 4 && !h5::is_float16(file_type)) {
-    return PixelType{H5T_NATIVE_FLOAT, at::kFloat};
+    return PixelType{h5::native<float>, at::kFloat};
   }
   return std::nullopt;
 }
@@ -148,26 +148,26 @@ class ArrayDataset final : public WindowSource {
     std::vector<std::int64_t> shape{rows, std::int64_t(dims_[1]), std::int64_t(dims_[2]), std::int64_t(dims_[3])};
     if (time_steps_ > 0) shape.insert(shape.begin() + 1, time_steps_);
     b.pixels = pixel_blocks_.take(shape, pixel_.scalar);
-    h5::read_rows(images_.get(), pixel_.mem_type, hsize_t(start), hsize_t(rows), b.pixels.data_ptr(), path_ + ":/images");
+    h5::read_rows(images_, pixel_.mem_type(), hsize_t(start), hsize_t(rows), b.pixels.data_ptr(), path_ + ":/images");
     if (kinds_.has_value) {
       b.values = kinds_.value_width == 0 ? value_blocks_.take({rows}, at::kFloat)
                                          : value_blocks_.take({rows, kinds_.value_width}, at::kFloat);
-      h5::read_rows(labels_.get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(rows), b.values.data_ptr(), path_ + ":/labels");
+      h5::read_rows(labels_, h5::native<float>(), hsize_t(start), hsize_t(rows), b.values.data_ptr(), path_ + ":/labels");
     }
     if (kinds_.has_mask) {
       b.mask = mask_blocks_.take({rows, std::int64_t(dims_[2]), std::int64_t(dims_[3])}, at::kInt);
-      h5::read_rows(masks_.get(), H5T_NATIVE_INT32, hsize_t(start), hsize_t(rows), b.mask.data_ptr(), path_ + ":/masks");
+      h5::read_rows(masks_, h5::native<std::int32_t>(), hsize_t(start), hsize_t(rows), b.mask.data_ptr(), path_ + ":/masks");
     }
     block_ = std::move(b);
   }
 
   void open_images() {
-    if (!h5::exists(file_.get(), "images")) {
+    if (!h5::exists(file_, "images")) {
       throw InputError(path_ + ": missing dataset /images; an array dataset stores windows as "
                                "/images [N, C, H, W] (see docs/dataset-formats.md)");
     }
-    images_ = h5::open_dataset_for_rows(file_.get(), "images", kRowChunkCacheBytes);
-    dims_ = h5::dataset_dims(images_.get(), path_ + ":/images");
+    images_ = h5::open_dataset_for_rows(file_, "images", kRowChunkCacheBytes);
+    dims_ = h5::dataset_dims(images_, path_ + ":/images");
     if (dims_.size() != 4 && dims_.size() != 5) {
       throw InputError(path_ + ": /images has rank " + std::to_string(dims_.size()) +
                        "; expected [N, C, H, W] (rank 4), or [N, T, C, H, W] (rank 5) for time series");
@@ -179,9 +179,9 @@ class ArrayDataset final : public WindowSource {
       if (time_steps_ == 0) throw InputError(path_ + ": /images [N, T, C, H, W] has T = 0");
     }
     if (dims_[0] == 0) throw InputError(path_ + ": no window to read (/images has 0 rows)");
-    h5::Handle type = h5::dataset_type(images_.get(), path_);
-    pixel_type_name_ = h5::describe_type(type.get());
-    const auto pixel = pixel_type_for(type.get());
+    const h5::Datatype type = h5::dataset_type(images_, path_);
+    pixel_type_name_ = h5::describe_type(type);
+    const auto pixel = pixel_type_for(type);
     if (!pixel) {
       throw InputError(path_ + ": /images has type " + pixel_type_name_ +
                        "; supported: uint8, uint16, int16, int32, float32");
@@ -194,22 +194,22 @@ class ArrayDataset final : public WindowSource {
 
   std::optional<std::vector<std::string>> read_string_column(const std::string& name,
                                                              std::size_t n) {
-    if (!h5::exists(file_.get(), name)) return std::nullopt;
-    h5::Handle ds = h5::open_dataset(file_.get(), name);
-    const auto dims = h5::dataset_dims(ds.get(), path_ + ":/" + name);
+    if (!h5::exists(file_, name)) return std::nullopt;
+    const h5::Dataset ds = h5::open_dataset(file_, name);
+    const auto dims = h5::dataset_dims(ds, path_ + ":/" + name);
     if (dims.size() != 1 || dims[0] != n) {
       throw InputError(path_ + ": /" + name + " has shape " + shape_text(dims) + "; expected [" +
                        std::to_string(n) + "] to match /images");
     }
-    return h5::read_strings(ds.get(), 0, n, path_ + ":/" + name);
+    return h5::read_strings(ds, 0, n, path_ + ":/" + name);
   }
 
   void open_labels() {
-    if (!h5::exists(file_.get(), "labels")) return;
-    labels_ = h5::open_dataset(file_.get(), "labels");
-    const auto dims = h5::dataset_dims(labels_.get(), path_ + ":/labels");
-    h5::Handle type = h5::dataset_type(labels_.get(), path_);
-    const H5T_class_t cls = h5::type_info(type.get()).type_class;
+    if (!h5::exists(file_, "labels")) return;
+    labels_ = h5::open_dataset(file_, "labels");
+    const auto dims = h5::dataset_dims(labels_, path_ + ":/labels");
+    const h5::Datatype type = h5::dataset_type(labels_, path_);
+    const H5T_class_t cls = h5::type_info(type).type_class;
     if (dims.empty() || dims[0] != dims_[0] || dims.size() > 2) {
       throw InputError(path_ + ": /labels has shape " + shape_text(dims) + "; expected [" +
                        std::to_string(dims_[0]) + "] or [" + std::to_string(dims_[0]) +
@@ -220,7 +220,7 @@ class ArrayDataset final : public WindowSource {
       // Validate class ids now: one negative id would silently poison every later metric.
       std::vector<std::int64_t>& ids = class_ids_;
       ids.resize(dims[0]);
-      h5::read_rows(labels_.get(), H5T_NATIVE_INT64, 0, dims[0], ids.data(), path_ + ":/labels");
+      h5::read_rows(labels_, h5::native<std::int64_t>(), 0, dims[0], ids.data(), path_ + ":/labels");
       for (std::size_t i = 0; i < ids.size(); ++i) {
         if (ids[i] < 0) {
           throw InputError(path_ + ": /labels row " + std::to_string(i) + " is " +
@@ -232,27 +232,27 @@ class ArrayDataset final : public WindowSource {
       kinds_.value_width = dims.size() == 2 ? std::int64_t(dims[1]) : 0;
     } else {
       throw InputError(path_ + ": /labels must be integer [N] (classes) or float [N] / [N, K] "
-                               "(regression), found " + h5::describe_type(type.get()) + " " +
+                               "(regression), found " + h5::describe_type(type) + " " +
                        shape_text(dims));
     }
   }
 
   void open_masks() {
-    if (!h5::exists(file_.get(), "masks")) return;
-    masks_ = h5::open_dataset_for_rows(file_.get(), "masks", kRowChunkCacheBytes);
-    const auto dims = h5::dataset_dims(masks_.get(), path_ + ":/masks");
+    if (!h5::exists(file_, "masks")) return;
+    masks_ = h5::open_dataset_for_rows(file_, "masks", kRowChunkCacheBytes);
+    const auto dims = h5::dataset_dims(masks_, path_ + ":/masks");
     if (dims.size() != 3 || dims[0] != dims_[0] || dims[1] != dims_[2] || dims[2] != dims_[3]) {
       throw InputError(path_ + ": /masks has shape " + shape_text(dims) + "; expected [" +
                        std::to_string(dims_[0]) + ", " + std::to_string(dims_[2]) + ", " +
                        std::to_string(dims_[3]) + "] to match /images");
     }
-    h5::Handle type = h5::dataset_type(masks_.get(), path_);
-    if (h5::type_info(type.get()).type_class != H5T_INTEGER) {
+    const h5::Datatype type = h5::dataset_type(masks_, path_);
+    if (h5::type_info(type).type_class != H5T_INTEGER) {
       throw InputError(path_ + ": /masks must hold integer class ids, found " +
-                       h5::describe_type(type.get()));
+                       h5::describe_type(type));
     }
     kinds_.has_mask = true;
-    kinds_.ignore_index = h5::read_attr_int(masks_.get(), "ignore_index").value_or(-1);
+    kinds_.ignore_index = h5::read_attr_int(masks_, "ignore_index").value_or(-1);
   }
 
   static std::string shape_text(const std::vector<hsize_t>& dims) {
@@ -262,10 +262,11 @@ class ArrayDataset final : public WindowSource {
   }
 
   std::string path_;
-  h5::Handle file_, images_, labels_, masks_;
+  h5::File file_;
+  h5::Dataset images_, labels_, masks_;
   std::vector<hsize_t> dims_;  // [N, C, H, W], whatever the time axis
   std::int64_t time_steps_ = 0;
-  PixelType pixel_{};
+  PixelType pixel_{h5::native<float>, at::kFloat};
   std::string pixel_type_name_;
   std::vector<WindowInfo> windows_;
   LabelKinds kinds_;

@@ -76,12 +76,9 @@ class RslearnDataset : public WindowSource {
   // A raster label layer: class ids per pixel (a mask), or numbers per pixel with --label-type
   // value (auto: float bands are values, integer bands are classes).
   void choose_raster_labels() {
-    const std::string type = options_.label_type;
-    if (type != "auto" && type != "class" && type != "value") {
-      throw UsageError(OptionName{"label-type"}, "expected auto, class or value, got \"" + type + "\"");
-    }
+    const LabelType type = options_.label_type;
     const bool float_band = raster_is_float(label_raster(listing_.windows.front()), "label GeoTIFF");
-    if (type == "value" || (type == "auto" && float_band)) {
+    if (type == LabelType::kValue || (type == LabelType::kAuto && float_band)) {
       labels_.has_pixel_value = true;
     } else {
       labels_.has_mask = true;

@@ -313,12 +313,11 @@ class Lister {
       }
       values.push_back(value);
     }
-    std::string type = options_.label_type;
-    if (type != "auto" && type != "class" && type != "value") {
-      throw UsageError(OptionName{"label-type"}, "expected auto, class or value, got \"" + type + "\"");
+    LabelType type = options_.label_type;
+    if (type == LabelType::kAuto) {
+      type = (!options_.classes.empty() || values.front().is_string()) ? LabelType::kClass : LabelType::kValue;
     }
-    if (type == "auto") type = (!options_.classes.empty() || values.front().is_string()) ? "class" : "value";
-    if (type == "value") {
+    if (type == LabelType::kValue) {
       labels_.has_value = true;
       for (std::size_t i = 0; i < values.size(); ++i) {
         if (!values[i].is_number()) {
@@ -370,6 +369,12 @@ std::string RslearnListing::raster_path(const RslearnWindow& w, const RslearnBan
 }
 
 RslearnListing list_rslearn_windows(const RslearnOptions& options) { return Lister(options).list(); }
+
+const EnumTable<LabelType>& label_types() {
+  static const EnumTable<LabelType> table{
+      {LabelType::kAuto, "auto"}, {LabelType::kClass, "class"}, {LabelType::kValue, "value"}};
+  return table;
+}
 
 std::string rslearn_bandset_dirname(const std::vector<std::string>& bands) {
   const bool underscore = std::any_of(bands.begin(), bands.end(), [](const std::string& b) { return b.find('_') != std::string::npos; });

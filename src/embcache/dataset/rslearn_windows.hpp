@@ -12,7 +12,14 @@
 #include "embcache/core/label_kinds.hpp"
 #include "embcache/dataset/window_source.hpp"
 
+#include "embcache/core/enum_table.hpp"
+
 namespace embcache {
+
+// --label-type: what labels are. auto: raster bands by their type (float: values, integer:
+// classes); vector labels by their values (strings, or --classes given: classes; numbers: values).
+enum class LabelType { kAuto, kClass, kValue };
+const EnumTable<LabelType>& label_types();
 
 struct RslearnOptions {
   std::string root;
@@ -23,7 +30,7 @@ struct RslearnOptions {
   std::string split_key = "split";
   std::string label_layer;     // raster (mask) or vector (GeoJSON) layer; empty = no labels
   std::string label_property;  // vector label layers: the feature property
-  std::string label_type = "auto";  // auto | class | value (vector labels)
+  LabelType label_type = LabelType::kAuto;
   std::string classes;         // vector class labels: names in id order; empty = sorted distinct values
   double pad_value = 0.0;      // replaces nodata pixels, like padding past a window's edge
   int reader_threads = 2;      // windows read ahead in parallel (0: read in the caller's thread)

@@ -67,8 +67,8 @@ const torch::jit::Graph* called_graph(const torch::jit::Node* node) {
 }
 
 // Whether `block`, or a method or function it calls, has a node of `kind`: the calls are
-// followed where they are, each graph once. Inlining a copy of the whole graph and searching
-// that took 15-47 ms for the benchmark's four models (docs/performance-log.md); this, under 0.3 ms.
+// followed where they are, each graph once, which costs far less than inlining a copy of the
+// whole graph to search it.
 bool runs_node(const torch::jit::Block* block, c10::Symbol kind, std::unordered_set<const torch::jit::Graph*>& seen) {
   for (const torch::jit::Node* node : block->nodes()) {
     if (node->kind() == kind) return true;
@@ -188,11 +188,9 @@ std::string cpu_kernel_hazard(const torch::jit::script::Module& optimized) {
 
 }  // namespace
 
-Amp parse_amp(const std::string& text) {
-  if (text == "none") return Amp::kNone;
-  if (text == "fp16") return Amp::kFp16;
-  if (text == "bf16") return Amp::kBf16;
-  throw UsageError(OptionName{"amp"}, "expected none, fp16 or bf16, got \"" + text + "\"");
+const EnumTable<Amp>& amp_modes() {
+  static const EnumTable<Amp> table{{Amp::kNone, "none"}, {Amp::kFp16, "fp16"}, {Amp::kBf16, "bf16"}};
+  return table;
 }
 
 std::string torch_version_built() { return TORCH_VERSION; }
@@ -218,7 +216,7 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimizat
                      "; pass a TorchScript file saved with torch.jit.save");
   }
   if (amp_ != Amp::kNone && !device_.is_cuda()) {
-    throw UsageError("--amp needs a CUDA device; on CPU use --amp none");
+    throw UsageError(OptionName{"amp"}, "needs a CUDA device; on CPU use --amp none");
   }
   // No TorchScript fusion on CPU, as in upstream PyTorch. Debian 13's torch 2.6 turns the
   // TensorExpr fuser (LLVM code generation) on for CPU, and there the second forward of a small

@@ -8,6 +8,8 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
+
 namespace embcache {
 
 // LibTorch's version as this build was compiled against ("1.13.0") and as the library loaded
@@ -16,7 +18,7 @@ std::string torch_version_built();
 std::string torch_version_running();
 
 enum class Amp { kNone, kFp16, kBf16 };
-Amp parse_amp(const std::string& text);
+const EnumTable<Amp>& amp_modes();  // --amp
 
 struct EncoderOutput {
   std::vector<std::string> names;  // dict keys, or "0", "1", ... in output order

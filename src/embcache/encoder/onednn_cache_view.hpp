@@ -22,9 +22,8 @@ std::optional<OneDnnCaches> onednn_cache_view();
 // AMD's cache-topology cpuid leaf (0x8000001D) and return zeros from it; oneDNN 3.6 then computes
 // 1-byte caches at every level, and its binary kernel (the residual adds that
 // optimize_for_inference hands to oneDNN, as in MobileNetV2 and ResNet-50) divides by
-// L1 / 8 = 0: SIGFPE on the first batch (docs/performance-log.md, "Huge pages for the heap", its
-// Debian 13 paragraph). Its convolution, pooling and activation kernels ran with this view, on
-// that VM, in MobileNetV2 and ResNet-50.
+// L1 / 8 = 0: SIGFPE on the first batch. Its convolution, pooling and activation kernels run
+// with such a view.
 std::string onednn_kernel_hazard(const OneDnnCaches& view);
 
 }  // namespace embcache

@@ -14,7 +14,7 @@ namespace embcache {
 void Preprocess::validate(std::int64_t channels) const {
   auto check_length = [&](const std::vector<double>& values, const char* name) {
     if (values.size() != 1 && std::int64_t(values.size()) != channels) {
-      throw UsageError(std::string("--") + name + " has " + std::to_string(values.size()) +
+      throw UsageError(OptionName{name}, "has " + std::to_string(values.size()) +
                        " values; give one, or one per input channel (" + std::to_string(channels) +
                        ")");
     }

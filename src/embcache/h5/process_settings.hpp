@@ -5,8 +5,8 @@ namespace embcache {
 
 // HDF5 does not close files at exit (see the definition), and writes past a file-size limit fail
 // with EFBIG instead of killing the process; under AddressSanitizer, large tensors come from a
-// pool (core/sanitizer_tensor_pool.hpp). Call before any HDF5 or tensor use. (The allocator
-// settings for encoders are scoped to the encoder's run: encoder/allocator_scope.hpp.)
+// pool (host/sanitizer_tensor_pool.hpp). Call before any HDF5 or tensor use. (The allocator
+// settings for encoders are scoped to the encoder's run: host/allocator_scope.hpp.)
 void tune_process();
 
 }  // namespace embcache

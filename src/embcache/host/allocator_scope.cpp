@@ -19,10 +19,8 @@ namespace {
 int depth = 0;
 
 // Address space, not memory: only the pages a run touches are ever backed. The same for every
-// encoder: sized from ViT-L/16's file (3.5 GB) on the build VM, its first call was 0.3-1.7 s
-// slower, and its load was faster only after a process that had used huge pages
-// (docs/performance-log.md, "Huge pages for large encoders"). A reservation of 2 GiB or more also
-// needs M_TRIM_THRESHOLD at -1, below.
+// encoder: a reservation sized from the encoder's file did not make large encoders (ViT-L/16)
+// faster. A reservation of 2 GiB or more would also need M_TRIM_THRESHOLD at -1, below.
 constexpr std::int64_t kHugePageReserveBytes = std::int64_t(1) << 30;
 
 std::string first_line_of_file(const char* path) {
@@ -48,9 +46,9 @@ std::uintptr_t page_aligned(std::uintptr_t at, bool up) {
 
 // Grows the heap's free top by up to 1 GiB (a quarter of the available memory at most) and asks
 // the kernel to back it with transparent huge pages. A CNN's activations and the stages' buffers
-// then fault in 2 MiB at a time instead of 4 KiB. On the 2-core build VM a first touch costs
-// ~10 us per 4 KiB page, and a run faults in its whole heap once, loading and in its first call:
-// ConvNeXt-T's 270k faults made its first call 2.1 s instead of 1.1 s (docs/precompute.md).
+// then fault in 2 MiB at a time instead of 4 KiB: a run faults in its whole heap once, while
+// loading and in its first call, and a fault per 4 KiB page is slow on VMs
+// (docs/performance.md, "Memory the encoder can reuse").
 // Where the reservation does not come from the heap's top (another allocator, as under a
 // sanitizer; brk refused), nothing is advised. A run that outgrows the reservation gets small
 // pages beyond it, as before.
@@ -83,7 +81,7 @@ EncoderAllocatorScope::EncoderAllocatorScope() {
   // One arena for the threads started from here on (the encoder's stage thread among them).
   // A thread other than the first gets an arena of its own whose heaps are at most 64 MiB
   // (glibc's HEAP_MAX_SIZE): activations above that size cannot be kept there, and CNNs with
-  // large maps ran 1.3-1.6x slower in precompute's encoder thread than in the main thread.
+  // large maps would run slower in precompute's encoder thread than in the main thread.
   mallopt(M_ARENA_MAX, 1);
   reserve_heap_on_huge_pages();
 }

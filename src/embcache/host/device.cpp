@@ -16,12 +16,12 @@ c10::Device resolve_device(const std::string& text) {
     throw UsageError(OptionName{"device"}, "expected auto, cpu, cuda or cuda:N, got \"" + text + "\"");
   }
   if (!torch::cuda::is_available()) {
-    throw UsageError("--device " + text + ": CUDA is not available (this LibTorch build or machine "
+    throw UsageError(OptionName{"device"}, text + ": CUDA is not available (this LibTorch build or machine "
                      "has no GPU); use --device cpu or auto");
   }
   const int index = indexed ? std::stoi(text.substr(5)) : 0;
   if (index >= int(torch::cuda::device_count())) {
-    throw UsageError("--device " + text + ": there are " + std::to_string(torch::cuda::device_count()) +
+    throw UsageError(OptionName{"device"}, text + ": there are " + std::to_string(torch::cuda::device_count()) +
                      " CUDA devices (cuda:0 to cuda:" + std::to_string(torch::cuda::device_count() - 1) + ")");
   }
   return c10::Device(c10::kCUDA, c10::DeviceIndex(index));

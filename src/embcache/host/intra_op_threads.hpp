@@ -5,8 +5,8 @@ namespace embcache {
 
 // Sets LibTorch's intra-op thread count (at::set_num_threads) to `threads` unless this thread
 // already runs with that many. Setting the count recreates LibTorch's pthreadpool in LibTorch
-// 1.13 (Debian 12) even when it does not change: 1.5-12 ms on the 2-core machine, spent spinning
-// on the cores the run needs; 2.6 (Debian 13) skips an unchanged count itself.
+// 1.13 (Debian 12) even when it does not change, spinning for milliseconds on the cores the run
+// needs; 2.6 (Debian 13) skips an unchanged count itself.
 void use_intra_op_threads(int threads);
 
 // Gives this thread back, on leaving the scope, the intra-op thread count it had on entering.

@@ -19,9 +19,9 @@ namespace {
 
 // Why: AddressSanitizer gives every allocation above 128 KiB a mapping of its own and unmaps it
 // when it leaves quarantine, so each large tensor LibTorch allocates faults its pages in afresh.
-// A normal build's glibc hands the same blocks out again. On the 2-core build VM, 3 epochs of an
-// upernet head on 600 crops took 14.0 s under ASan (6.3 s of it in the kernel, mostly page
-// faults) against 1.9 s without, and the sanitizer leg of CI took 27 of its 46 minutes.
+// A normal build's glibc hands the same blocks out again. Training a dense head under ASan then
+// spends most of its time in the kernel, faulting pages in, and the sanitizer leg of CI would
+// take several times as long.
 //
 // What the pool keeps of ASan's checks on our code:
 //   - the bytes of a block past the size asked for stay poisoned, so an overflow is reported,

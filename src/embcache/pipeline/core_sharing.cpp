@@ -20,11 +20,10 @@
 
 namespace embcache {
 
-StageScheduling parse_stage_scheduling(const std::string& text) {
-  if (text == "auto") return StageScheduling::kAuto;
-  if (text == "idle") return StageScheduling::kIdle;
-  if (text == "normal") return StageScheduling::kNormal;
-  throw UsageError(OptionName{"stage-priority"}, "expected auto, idle or normal, got \"" + text + "\"");
+const EnumTable<StageScheduling>& stage_schedulings() {
+  static const EnumTable<StageScheduling> table{
+      {StageScheduling::kAuto, "auto"}, {StageScheduling::kIdle, "idle"}, {StageScheduling::kNormal, "normal"}};
+  return table;
 }
 
 StagePriority::StagePriority(StageScheduling mode, bool spare_cores)
@@ -168,9 +167,8 @@ std::string StagePriority::decision() const {
 
 bool StagePriority::wait_decided(const std::function<bool()>& finished) const {
   // Woken by the decision and at the end of each encoder call (both notify gate_open_); the
-  // timeout only bounds how late `finished` is seen. Polling every 2 ms instead woke this thread
-  // 500 times a second, each time taking a core from the encoder's OpenMP workers: ViT-B/16's
-  // 10-s runs, undecided throughout, switched context ~10,000 times.
+  // timeout only bounds how late `finished` is seen. Frequent polling would wake this thread
+  // often, each time taking a core from the encoder's OpenMP workers.
   std::unique_lock<std::mutex> lock(gate_mutex_);
   while (state_.load() == kUndecided && !finished()) gate_open_.wait_for(lock, std::chrono::milliseconds(20));
   return state_.load() == kNormal;

@@ -1,5 +1,5 @@
 // How the encoder and the stages around it (reading, converting, writing) share the CPU cores
-// during precompute (docs/precompute.md, "Performance").
+// during precompute (docs/performance.md, "The encoder keeps the cores").
 #pragma once
 
 #include <atomic>
@@ -9,11 +9,13 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
+
 namespace embcache {
 
-// Scheduling of the non-encoder stages. On a machine whose cores the encoder's intra-op threads
-// fill, a stage that takes a core from one of them stalls a whole parallel region (measured: the
-// encoder ran 20-30% slower inside the pipeline than alone on 2 cores). Under SCHED_IDLE they run
+// Scheduling of the non-encoder stages (docs/performance.md, "The encoder keeps the cores"). On a
+// machine whose cores the encoder's intra-op threads fill, a stage that takes a core from one of
+// them stalls a whole parallel region. Under SCHED_IDLE they run
 // in the encoder's gaps, or while it waits on a full queue. "auto" starts idle and decides after
 // the first stored batches: an encoder that makes features faster than the writer can take them
 // is light, and then every stage moves to normal scheduling (the I/O thread is the bottleneck
@@ -24,8 +26,7 @@ namespace embcache {
 // nothing to share: under auto its stages run at normal scheduling from the start, ungated, on
 // the free cores, and its OpenMP workers spin on their own cores as libgomp would.
 enum class StageScheduling { kAuto, kIdle, kNormal };
-// "auto", "idle" or "normal" (--stage-priority); UsageError otherwise.
-StageScheduling parse_stage_scheduling(const std::string& text);
+const EnumTable<StageScheduling>& stage_schedulings();  // --stage-priority
 
 class StagePriority {
  public:
@@ -61,7 +62,7 @@ class StagePriority {
   // features): its length and the watched threads' run delay meanwhile (negative: unknown).
   // Idle stages that keep the encoder waiting while they wait for a core are starved, not
   // running in its gaps: on a free machine the encoder of a heavy run waits a few percent of its
-  // time (the 2-core benchmark: 0.2-0.3 s in 15 s), beside a build or another run, minutes. Under
+  // time, beside a build or another run for most of it. Under
   // auto, once its waits reach kStarvedSeconds and kStarvedShare of its time, and the stages spent
   // at least kStarvedDelayShare of those waits runnable without a core (not in a slow read), the
   // stages move to normal scheduling for the rest of the run.
@@ -110,15 +111,15 @@ class StagePriority {
 // this process may run on (its CPU affinity: taskset, a Slurm job's cpuset) free for the stages.
 bool encoder_leaves_cores_free(int threads);
 
-// Features per second the writer is assumed to take; an encoder that makes more is light.
-// Measured on the 2-core machine: plain HDF5 3.3-3.8 GB/s, the writer ~3 GB/s. The benchmark's
-// light encoder makes 4-11 GB/s, the heavy ones 0.1-0.2 GB/s.
+// Features per second the writer is assumed to take; an encoder that makes more is light. Below
+// what plain HDF5 writes take on a local disk, and far from both kinds of encoder: light ones
+// make several GB/s of features, compute-bound ones a tenth of a GB/s or less.
 constexpr double kWriterBytesPerSecond = 2e9;
 
 // Runs `wait` (a call that blocks until the encoder's next input is ready) with this thread's
 // idle OpenMP workers asleep. After a parallel region libgomp's workers spin ~300000 iterations
-// (~3 ms here) before they sleep, so through a wait for the stages they hold cores the stages
-// need: on 2 cores the reading, cropping and writing then ran on one core while the other spun.
+// (milliseconds) before they sleep, so through a wait for the stages they hold cores the stages
+// need.
 // Here the workers join a parallel region and sleep on a condition variable until `wait`
 // returns. `threads` is the intra-op thread count the encoder runs with (the same team is
 // reused). Exceptions from `wait` are rethrown after the region.
@@ -128,11 +129,10 @@ void wait_with_openmp_workers_asleep(int threads, const std::function<void()>& w
 // threads around the encoder. An ATen operation that goes parallel in a thread of its own opens
 // an OpenMP team for that thread; once libgomp manages more threads than there are CPUs, every
 // idle worker in the process spins only 100 iterations before it sleeps (see above), and the
-// encoder's workers were woken by a futex for each of its parallel regions: MobileNetV2 ran 1.5-1.9x
-// slower inside precompute than alone, depending on whether a stage had gone parallel yet.
+// encoder's workers would be woken by a futex for each of its parallel regions.
 void without_openmp_team(const std::function<void()>& body);
 
-// While alive, idle OpenMP workers spin briefly instead of for ~3 ms before they sleep. libgomp
+// While alive, idle OpenMP workers spin briefly instead of for milliseconds before they sleep. libgomp
 // spins 300000 iterations after each parallel region by default, but only 100 while it manages
 // more OpenMP threads than there are CPUs (GCC manual, GOMP_SPINCOUNT). An encoder with one
 // thread per core keeps its workers spinning through every gap between parallel regions, on the
@@ -140,9 +140,8 @@ void without_openmp_team(const std::function<void()>& body);
 // `threads` threads in the calling thread's pool, which puts libgomp over the CPU count; the
 // destructor frees that pool. Spinning never changes results. Open it from a thread that runs
 // no stage (precompute uses a helper thread; the stage threads keep OpenMP to one thread).
-// Measured on 2 cores with the stages at normal scheduling, light benchmark: 0.43-0.50 ->
-// 0.61-0.66 of plain HDF5 speed, with a third less CPU time. Not for compute-bound encoders:
-// with 100 spins their workers sleep between regions (heavy benchmark 1.19 -> 1.24).
+// For light encoders only (docs/performance.md): with 100 spins the workers of a compute-bound
+// encoder sleep between its regions.
 class OpenMpSpinThrottle {
  public:
   explicit OpenMpSpinThrottle(int threads);

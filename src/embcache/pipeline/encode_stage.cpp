@@ -30,9 +30,8 @@ bool consecutive_slots(const std::vector<CropItem>& items, std::size_t begin, st
   return true;
 }
 
-// The inputs of items [begin, end) as one batch: a view when they are consecutive slots (the
-// copy cost MobileNetV2's 64-crop batches of 96 px 0.10-0.13 s of a 10-s run, between calls,
-// on the encoder's thread), else stacked.
+// The inputs of items [begin, end) as one batch: a view when they are consecutive slots (a copy
+// would run on the encoder's thread, between its calls), else stacked.
 at::Tensor stack_inputs(const std::vector<CropItem>& items, std::size_t begin, std::size_t end) {
   if (consecutive_slots(items, begin, end)) {
     const at::Tensor& first = items[begin].input;
@@ -78,7 +77,7 @@ EncodeStage::EncodeStage(CropQueue& in, EncodedQueue& out, Encoder& encoder, Set
 void EncodeStage::wait_cores_free(const std::function<void()>& wait) {
   // Waits (for crops, or for room to hand over features) leave the cores to the stages: on a
   // CPU the OpenMP workers sleep instead of spinning (core_sharing.hpp). Entering that region
-  // costs ~0.07 ms, so callers skip it where the queue already allows going on.
+  // costs a parallel region's start, so callers skip it where the queue already allows going on.
   stats.wait_seconds += priority_.encoder_waits([&] {
     if (settings_.device.is_cuda()) {
       wait();
@@ -145,7 +144,8 @@ void EncodeStage::choose_batch_size(std::vector<CropItem>& pending) {
     }
     const double rate = double(c) / std::max(fastest, 1e-9);
     stats.trials.push_back({{"batch_size", c}, {"crops_per_second", rate}});
-    // On a short run the trials of sizes that lose were 10% of the wall time.
+    // Sizes that lose are not tried further: on a short run their trials are a noticeable share
+    // of the wall time.
     if (!search.record(c, rate)) break;
   }
   stats.batch_size = search.chosen();

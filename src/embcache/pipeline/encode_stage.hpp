@@ -72,10 +72,8 @@ class EncodeStage {
   bool emit(std::vector<CropItem> items);
   // On a CPU: the selected levels copied into rows of the stored type (int8: of the level's own
   // float type, which quantisation reads), in memory recycled across batches, so that no output
-  // of this call is alive at the next. Alone, MobileNetV2's calls ran 3-4% slower while the last
-  // three batches' outputs were kept, as the queues kept them, than with each call's outputs
-  // freed before the next (docs/performance-log.md, "MobileNetV2's Debian 13 gap: the
-  // pipeline's memory, measured on a quiet hour", and "Features out of the encoder's memory").
+  // of this call is alive at the next: an encoder's calls run slower while earlier outputs hold
+  // the blocks its allocator would give the next call (docs/performance.md).
   // On a GPU the levels go on as they are: the convert stage converts them on the device, before
   // they cross.
   std::vector<at::Tensor> own_rows(std::vector<at::Tensor> levels);
@@ -84,8 +82,8 @@ class EncodeStage {
   void wait_cores_free(const std::function<void()>& wait);
   // Moves crops from the queue into `pending` until it holds `n`; false when the queue ran dry
   // first (the run's end). Missing crops are waited for together, through one wait_cores_free,
-  // not one by one: taken singly, the first batch's 64 crops cost 64 wake-ups of this thread and
-  // its OpenMP team, and MobileNetV2's first call started 20-40 ms after the 64th window was read.
+  // not one by one: taken singly, each crop would wake this thread and its OpenMP team, and the
+  // first call would start late.
   bool fill(std::vector<CropItem>& pending, std::size_t n);
 
   CropQueue& in_;

@@ -17,9 +17,8 @@ IoStage::IoStage(WindowSource& source, RawQueue& raw, RowQueue& rows, CacheStore
     wake_.notify_all();
   };
   // Woken for each window the prep stage takes, the reader keeps pace with prep, which waits at
-  // the stage gate while an encoder call runs. Refilling half the queue per wake-up (fewer
-  // wake-ups) read bursts of windows past that gate, during calls; MobileNetV2's in run / alone
-  // was higher in the benchmark runs that followed, so it was taken back (docs/performance-log.md).
+  // the stage gate while an encoder call runs: fewer, larger refills would read bursts of
+  // windows past that gate, during the encoder's calls.
   raw_.set_listener(wake);
   rows_.set_listener(wake);
 }

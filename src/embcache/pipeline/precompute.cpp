@@ -69,8 +69,7 @@ struct Stages {
 };
 
 // The encoder in this thread, reusing its OpenMP team; every other stage in a thread of its own
-// that opens no team (without_openmp_team, core_sharing.hpp says why: with an encoder on a
-// fourth thread, MobileNetV2 ran 1.5-1.9x slower than alone). A light encoder's stages run at
+// that opens no team (without_openmp_team, core_sharing.hpp says why). A light encoder's stages run at
 // normal scheduling, and then its OpenMP workers must not spin on their cores: a helper thread
 // holds OpenMpSpinThrottle's idle team until the encoder is done.
 void run_threaded(Stages& s, RunContext& context, const StagePriority& priority, const PrecomputePlan& plan) {

@@ -1,5 +1,11 @@
 #include "embcache/pipeline/precompute_options.hpp"
 
+#include "embcache/dataset/rslearn_windows.hpp"
+#include "embcache/encoder/encoder.hpp"
+#include "embcache/pipeline/core_sharing.hpp"
+#include "embcache/pipeline/precompute_plan.hpp"
+#include "embcache/store/storage_options.hpp"
+
 namespace embcache {
 
 const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
@@ -12,7 +18,8 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.last().path = true;
     t.add("dataset", "Array dataset (HDF5 with /images [N,C,H,W]) or rslearn dataset root", &O::dataset).required = true;
     t.last().path = true;
-    t.add("format", "Dataset format: auto (rslearn when DATASET/windows exists), array or rslearn", &O::format);
+    t.add("format", "Dataset format: " + format_requests().choices() + " (auto: rslearn when DATASET/windows exists)",
+          &O::format);
     t.add("layers", "rslearn: layers and bands, LAYER:BAND,BAND[;LAYER:BAND...], channels in this order", &O::layers)
         .show_default = false;
     t.add("groups", "rslearn: only these window groups (comma list)", &O::groups).shape = S::kList;
@@ -25,7 +32,8 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("label-layer", "rslearn: labels from this layer (one-band raster: masks; GeoJSON: image labels)", &O::label_layer)
         .show_default = false;
     t.add("label-property", "rslearn: the GeoJSON feature property holding the label", &O::label_property).show_default = false;
-    t.add("label-type", "rslearn vector labels: auto (strings: classes, numbers: values), class or value", &O::label_type);
+    t.add("label-type", "rslearn labels: " + label_types().choices() + " (auto: float rasters and numeric vector labels "
+          "are values, the rest classes)", &O::label_type);
     t.add("classes", "rslearn vector labels: class names in id order (default: sorted distinct values)", &O::classes).shape = S::kList;
     t.last().show_default = false;
     t.add("reader-threads", "rslearn: windows read in parallel", &O::reader_threads);
@@ -63,7 +71,7 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
     t.add("batch-size", "Crops per encoder call, or auto (time a few sizes)", &O::batch_size);
     t.add("device", "auto, cpu, cuda or cuda:N", &O::device);
     t.add("threads", "Intra-op threads for the encoder (0 = one per CPU this process may run on: its affinity, as taskset or a Slurm job sets it, capped by a cgroup CPU quota)", &O::threads);
-    t.add("amp", "Autocast on CUDA: none, fp16 or bf16", &O::amp);
+    t.add("amp", "Autocast on CUDA: " + amp_modes().choices(), &O::amp);
     t.add("optimize", "Freeze the encoder and optimise it for inference (batch-norm folding, weight prepacking): "
           "MobileNetV2 and ResNet-50 ran 0.5x and 0.8x as long; fail if it cannot be frozen. Features then differ "
           "from the plain encoder's (up to 1e-4 of their largest value; the run measures it), so the cache records "
@@ -72,7 +80,7 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
         .identity_when_set = true;
     t.add("no-optimize", "Never optimise the encoder, not even to extend a cache made with --optimize (which "
           "then refuses the run)", &O::no_optimize).identity_when_set = true;
-    t.add("dtype", "Storage dtype: float32, float16, bfloat16 or int8 (quantised, with scales)", &O::dtype);
+    t.add("dtype", "Storage dtype: " + storage_dtypes().choices() + " (int8: quantised, with scales)", &O::dtype);
     t.add("compression", "none, gzip[:LEVEL], lz4 or blosc-zstd", &O::compression);
     t.add("shard", "Process shard I of N of the windows (I/N, from 0), or slurm (from SLURM_ARRAY_TASK_ID, _MIN and "
           "_COUNT); shards write into one cache, concurrently (docs/scale-out.md)", &O::shard).show_default = false;
@@ -94,9 +102,9 @@ const std::vector<OptionField<PrecomputeOptions>>& precompute_fields() {
           "next train-probe reads from disk",
           &O::drop_behind);
     t.add("stage-priority",
-        "Scheduling of reading/converting/writing: auto (idle while the encoder keeps the cores busy, "
-        "normal for light encoders and when --threads leaves cores free), idle (leave the cores to the encoder) or normal (machines shared "
-        "with other busy jobs)",
+        "Scheduling of reading/converting/writing: " + stage_schedulings().choices() + " (auto: idle while the "
+        "encoder keeps the cores busy, normal for light encoders and when --threads leaves cores free; idle: leave "
+        "the cores to the encoder; normal: machines shared with other busy jobs)",
         &O::stage_priority);
     return t.take();
   }();

@@ -19,12 +19,12 @@ namespace {
 namespace fs = std::filesystem;
 
 void check_paths(const PrecomputeOptions& o) {
-  if (o.encoder.empty()) throw UsageError("--encoder is required");
-  if (o.dataset.empty()) throw UsageError("--dataset is required");
-  if (o.out.empty()) throw UsageError("--out is required");
+  if (o.encoder.empty()) throw UsageError(OptionName{"encoder"}, "required (a TorchScript encoder file)");
+  if (o.dataset.empty()) throw UsageError(OptionName{"dataset"}, "required (an array dataset or rslearn dataset root)");
+  if (o.out.empty()) throw UsageError(OptionName{"out"}, "required (the cache file to create or extend)");
   std::error_code same_ec;
   if (fs::exists(o.out) && fs::equivalent(o.out, o.dataset, same_ec)) {
-    throw UsageError("--out " + o.out + " is the dataset itself; choose another path for the cache");
+    throw UsageError(OptionName{"out"}, o.out + " is the dataset itself; choose another path for the cache");
   }
   if (!o.summary_json.empty()) {
     // Written at the end: a missing directory must not cost the whole run's exit status.
@@ -37,17 +37,15 @@ void check_paths(const PrecomputeOptions& o) {
 
 // --format, and the rslearn reader's options (which an array dataset must not be given).
 void plan_dataset(const PrecomputeOptions& o, PrecomputePlan& plan) {
-  if (o.format != "auto" && o.format != "array" && o.format != "rslearn") {
-    throw UsageError(OptionName{"format"}, "expected auto, array or rslearn, got \"" + o.format + "\"");
-  }
-  const bool rslearn = o.format == "rslearn" || (o.format == "auto" && is_rslearn_root(o.dataset));
+  const FormatRequest format = format_requests().parse(o.format, {"format"});
+  const bool rslearn = format == FormatRequest::kRslearn || (format == FormatRequest::kAuto && is_rslearn_root(o.dataset));
   plan.format = rslearn ? DatasetFormat::kRslearn : DatasetFormat::kArray;
   if (!rslearn) {
     const std::pair<const char*, const std::string*> rslearn_only[] = {
-        {"--layers", &o.layers}, {"--groups", &o.groups}, {"--window-names", &o.window_names},
-        {"--tags", &o.tags}, {"--label-layer", &o.label_layer}};
+        {"layers", &o.layers}, {"groups", &o.groups}, {"window-names", &o.window_names},
+        {"tags", &o.tags}, {"label-layer", &o.label_layer}};
     for (const auto& [name, value] : rslearn_only) {
-      if (!value->empty()) throw UsageError(std::string(name) + " applies to rslearn datasets; " + o.dataset + " is an array dataset");
+      if (!value->empty()) throw UsageError(OptionName{name}, "applies to rslearn datasets; " + o.dataset + " is an array dataset");
     }
     return;
   }
@@ -60,7 +58,7 @@ void plan_dataset(const PrecomputeOptions& o, PrecomputePlan& plan) {
   r.split_key = o.split_key;
   r.label_layer = o.label_layer;
   r.label_property = o.label_property;
-  r.label_type = o.label_type;
+  r.label_type = label_types().parse(o.label_type, {"label-type"});
   r.classes = o.classes;
   r.pad_value = o.pad_value;
   r.reader_threads = o.reader_threads;
@@ -90,7 +88,7 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
     plan.batch_size = parse_int(o.batch_size, {"batch-size"});
     if (*plan.batch_size <= 0) throw UsageError(OptionName{"batch-size"}, "must be a positive number or auto");
   }
-  plan.amp = parse_amp(o.amp);
+  plan.amp = amp_modes().parse(o.amp, {"amp"});
   if (o.optimize && o.no_optimize) throw UsageError(OptionName{"no-optimize"}, "contradicts --optimize; give one of the two");
   plan.optimize = o.optimize ? OptimizeChoice::kAlways : o.no_optimize ? OptimizeChoice::kNever : OptimizeChoice::kAuto;
   plan.shard = parse_shard(o.shard);
@@ -130,7 +128,7 @@ void plan_layout(const PrecomputeOptions& o, PrecomputePlan& plan) {
   if (!o.temporal_tokens.empty()) l.temporal_tokens = split_list(o.temporal_tokens, {"temporal-tokens"});
   for (const auto& name : l.channels_last) {
     if (std::find(l.temporal_tokens.begin(), l.temporal_tokens.end(), name) != l.temporal_tokens.end()) {
-      throw UsageError("output " + name + " is named by both --channels-last and --temporal-tokens; a 4-D output is one of the two");
+      throw UsageError(OptionName{"temporal-tokens"}, "output " + name + " is named by --channels-last too; a 4-D output is one of the two");
     }
   }
   l.time_axis = o.time_axis;
@@ -138,7 +136,7 @@ void plan_layout(const PrecomputeOptions& o, PrecomputePlan& plan) {
 
 // Storage, commits and the stages' scheduling.
 void plan_output(const PrecomputeOptions& o, PrecomputePlan& plan) {
-  plan.storage.dtype = parse_storage_dtype(o.dtype);
+  plan.storage.dtype = storage_dtypes().parse(o.dtype, {"dtype"});
   plan.storage.compression = Compression::parse(o.compression);
   if (plan.storage.dtype == StorageDtype::kInt8 && o.allow_nonfinite) {
     throw UsageError(OptionName{"allow-nonfinite"}, "--dtype int8 cannot store NaN/Inf features; drop --allow-nonfinite, "
@@ -150,13 +148,19 @@ void plan_output(const PrecomputeOptions& o, PrecomputePlan& plan) {
   plan.policy.segment_bytes = o.segment_mb << 20;
   plan.policy.fsync = o.fsync;
   plan.policy.drop_behind = o.drop_behind;
-  plan.stage_scheduling = parse_stage_scheduling(o.stage_priority);
+  plan.stage_scheduling = stage_schedulings().parse(o.stage_priority, {"stage-priority"});
   plan.overwrite = o.overwrite;
   plan.allow_nonfinite = o.allow_nonfinite;
   plan.quiet = o.quiet;
 }
 
 }  // namespace
+
+const EnumTable<FormatRequest>& format_requests() {
+  static const EnumTable<FormatRequest> table{
+      {FormatRequest::kAuto, "auto"}, {FormatRequest::kArray, "array"}, {FormatRequest::kRslearn, "rslearn"}};
+  return table;
+}
 
 PrecomputePlan plan_precompute(const PrecomputeOptions& options) {
   check_paths(options);
@@ -275,7 +279,7 @@ Optimization encoder_optimization(const PrecomputePlan& plan) {
   // A new cache runs the encoder as loaded. Optimising moves features by more than the 1e-5 a
   // default may: once their batch norms hold statistics at a trained network's scale, folding
   // them moved MobileNetV2's outputs by up to 2e-5 of their largest value and ResNet-50's by up
-  // to 1.2e-4 (docs/precompute.md, "Performance"). Rows already there keep the numerics they
+  // to 1.2e-4 (docs/precompute.md, "Optimised encoders"). Rows already there keep the numerics they
   // were made with, optimised or not.
   if (plan.overwrite) return Optimization::kNone;
   const std::optional<Signature> existing = signature_of_existing_rows(plan.out, plan.shard.text());

@@ -31,6 +31,9 @@ namespace embcache {
 class WindowSource;
 
 enum class DatasetFormat { kArray, kRslearn };
+// --format: a dataset format, or auto (rslearn when DATASET/windows exists).
+enum class FormatRequest { kAuto, kArray, kRslearn };
+const EnumTable<FormatRequest>& format_requests();
 
 enum class OptimizeChoice { kAuto, kAlways, kNever };
 

@@ -47,23 +47,15 @@ at::Tensor mask_counts(const ProbeData& data, const std::vector<std::int64_t>& p
 
 }  // namespace
 
-ClassWeightMode parse_class_weights(const std::string& text) {
-  if (text == "none") return ClassWeightMode::kNone;
-  if (text == "balanced") return ClassWeightMode::kBalanced;
-  if (text == "inverse-sqrt") return ClassWeightMode::kInverseSqrt;
-  throw UsageError(OptionName{"class-weights"}, "expected none, balanced or inverse-sqrt, got \"" + text + "\"");
-}
-
-const char* class_weights_name(ClassWeightMode mode) {
-  switch (mode) {
-    case ClassWeightMode::kBalanced: return "balanced";
-    case ClassWeightMode::kInverseSqrt: return "inverse-sqrt";
-    default: return "none";
-  }
+const EnumTable<ClassWeightMode>& class_weight_modes() {
+  static const EnumTable<ClassWeightMode> table{{ClassWeightMode::kNone, "none"},
+                                                {ClassWeightMode::kBalanced, "balanced"},
+                                                {ClassWeightMode::kInverseSqrt, "inverse-sqrt"}};
+  return table;
 }
 
 nlohmann::json ClassWeights::to_json() const {
-  nlohmann::json j = {{"mode", class_weights_name(mode)}};
+  nlohmann::json j = {{"mode", class_weight_modes().name(mode)}};
   if (counts.defined()) {
     const at::Tensor c = counts.contiguous();
     j["train_counts"] = std::vector<double>(c.data_ptr<double>(), c.data_ptr<double>() + c.numel());

@@ -10,13 +10,14 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
+
 namespace embcache {
 
 class ProbeData;
 
 enum class ClassWeightMode { kNone, kBalanced, kInverseSqrt };
-ClassWeightMode parse_class_weights(const std::string& text);  // UsageError naming --class-weights
-const char* class_weights_name(ClassWeightMode mode);
+const EnumTable<ClassWeightMode>& class_weight_modes();
 
 struct ClassWeights {
   ClassWeightMode mode = ClassWeightMode::kNone;

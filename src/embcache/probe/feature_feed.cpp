@@ -123,14 +123,12 @@ Part pinned(const Part& p) { return {p.values.pin_memory(), p.scales.defined() ?
 
 }  // namespace
 
-const char* tier_name(FeedTier tier) {
-  switch (tier) {
-    case FeedTier::kGpu: return "gpu";
-    case FeedTier::kHost: return "host";
-    case FeedTier::kStream: return "stream";
-  }
-  return "?";
+const EnumTable<FeedTier>& feed_tiers() {
+  static const EnumTable<FeedTier> table{{FeedTier::kGpu, "gpu"}, {FeedTier::kHost, "host"}, {FeedTier::kStream, "stream"}};
+  return table;
 }
+
+const char* tier_name(FeedTier tier) { return feed_tiers().name(tier); }
 
 nlohmann::json FeedStats::to_json(FeedTier tier) const {
   nlohmann::json j;

@@ -12,13 +12,15 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
 #include "embcache/probe/probe_data.hpp"
 #include "embcache/probe/temporal_pool.hpp"
 
 namespace embcache {
 
 enum class FeedTier { kGpu, kHost, kStream };
-const char* tier_name(FeedTier tier);
+const EnumTable<FeedTier>& feed_tiers();
+const char* tier_name(FeedTier tier);  // feed_tiers()'s name
 
 // One tensor per batch row that the heads consume: a level (pooled to [C] when only pooled heads
 // read it, else [C, H, W] in the storage dtype; a time axis reduced first) or the mask.

@@ -304,34 +304,15 @@ class SourceWriter {
 
 }  // namespace
 
-HeadType parse_head(const std::string& text) {
-  if (text == "linear") return HeadType::kLinear;
-  if (text == "mlp") return HeadType::kMlp;
-  if (text == "conv") return HeadType::kConv;
-  if (text == "fpn") return HeadType::kFpn;
-  if (text == "unet") return HeadType::kUnet;
-  if (text == "pixel-shuffle") return HeadType::kPixelShuffle;
-  if (text == "upernet") return HeadType::kUpernet;
-  if (text == "logreg") return HeadType::kLogreg;
-  if (text == "knn") return HeadType::kKnn;
-  throw UsageError(OptionName{"head"}, "expected linear, mlp, conv, fpn, unet, pixel-shuffle, upernet, logreg or knn, got \"" +
-                   text + "\"");
+const EnumTable<HeadType>& head_types() {
+  static const EnumTable<HeadType> table{
+      {HeadType::kLinear, "linear"}, {HeadType::kMlp, "mlp"},       {HeadType::kConv, "conv"},
+      {HeadType::kFpn, "fpn"},       {HeadType::kUnet, "unet"},     {HeadType::kPixelShuffle, "pixel-shuffle"},
+      {HeadType::kUpernet, "upernet"}, {HeadType::kLogreg, "logreg"}, {HeadType::kKnn, "knn"}};
+  return table;
 }
 
-const char* head_name(HeadType type) {
-  switch (type) {
-    case HeadType::kLinear: return "linear";
-    case HeadType::kMlp: return "mlp";
-    case HeadType::kConv: return "conv";
-    case HeadType::kFpn: return "fpn";
-    case HeadType::kUnet: return "unet";
-    case HeadType::kPixelShuffle: return "pixel-shuffle";
-    case HeadType::kUpernet: return "upernet";
-    case HeadType::kLogreg: return "logreg";
-    case HeadType::kKnn: return "knn";
-  }
-  return "?";
-}
+const char* head_name(HeadType type) { return head_types().name(type); }
 
 bool HeadConfig::pooled_input() const {
   return !is_dense(task) &&
@@ -350,43 +331,43 @@ std::string HeadConfig::levels_text() const {
 }
 
 void check_head_levels(HeadType type, ProbeTask task, std::size_t level_count, const std::string& levels_text) {
-  const std::string head = std::string("--head ") + head_name(type);
+  const std::string head = head_name(type);
   const bool multi = type == HeadType::kFpn || type == HeadType::kUnet;
   const bool pooled = !is_dense(task) &&
                       (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg || type == HeadType::kKnn);
   if (type == HeadType::kLogreg && task != ProbeTask::kClassification) {
-    throw UsageError("--head logreg is multinomial logistic regression; use it with --task classification");
+    throw UsageError(OptionName{"head"}, "logreg is multinomial logistic regression; use it with --task classification");
   }
   if (type == HeadType::kKnn && task != ProbeTask::kClassification) {
-    throw UsageError("--head knn votes for a class; use it with --task classification");
+    throw UsageError(OptionName{"head"}, "knn votes for a class; use it with --task classification");
   }
   if (multi && level_count < 2) {
-    throw UsageError(head + " combines several levels; give at least two joined with '+' (e.g. --levels 1+2+3), got " +
-                     levels_text);
+    throw UsageError(OptionName{"levels"}, head + " combines several levels; give at least two joined with '+' "
+                     "(e.g. --levels 1+2+3), got " + levels_text);
   }
   if (type == HeadType::kUpernet && !is_dense(task)) {
-    throw UsageError("--head upernet predicts per pixel; use it with --task segmentation or pixel-regression");
+    throw UsageError(OptionName{"head"}, "upernet predicts per pixel; use it with --task segmentation or pixel-regression");
   }
   if (!multi && type != HeadType::kUpernet && level_count > 1 && !pooled) {
-    throw UsageError(head + " on --task " + task_name(task) + " reads one level; got " + levels_text +
-                     " (use fpn, unet or upernet to combine levels)");
+    throw UsageError(OptionName{"levels"}, head + " on --task " + task_name(task) + " reads one level; got " +
+                     levels_text + " (use fpn, unet or upernet to combine levels)");
   }
   if (type == HeadType::kMlp && is_dense(task)) {
-    throw UsageError("--head mlp predicts one value per image; for --task " + std::string(task_name(task)) +
+    throw UsageError(OptionName{"head"}, "mlp predicts one value per image; for --task " + std::string(task_name(task)) +
                      " use linear, conv, fpn, unet, upernet or pixel-shuffle");
   }
   if (type == HeadType::kPixelShuffle && !is_dense(task)) {
-    throw UsageError("--head pixel-shuffle predicts per pixel; use it with --task segmentation or pixel-regression");
+    throw UsageError(OptionName{"head"}, "pixel-shuffle predicts per pixel; use it with --task segmentation or pixel-regression");
   }
 }
 
 void HeadConfig::validate() const {
-  const std::string head = std::string("--head ") + head_name(type);
   check_head_levels(type, task, levels.size(), levels_text());
   if (!pooled_input()) {
     for (std::size_t i = 0; i < levels.size(); ++i) {
       if (level_shapes[i].size() != 3) {
-        throw UsageError(head + " needs feature maps, but level " + levels[i] + " is a vector [" +
+        throw UsageError(OptionName{"levels"}, std::string(head_name(type)) + " needs feature maps, but level " + levels[i] +
+                         " is a vector [" +
                          std::to_string(level_shapes[i][0]) + "]; use --head linear or mlp, or another level");
       }
     }
@@ -394,7 +375,7 @@ void HeadConfig::validate() const {
   if (type == HeadType::kPixelShuffle) {
     const auto& s = level_shapes[0];
     if (out_size[0] % s[1] != 0 || out_size[1] % s[2] != 0 || out_size[0] / s[1] != out_size[1] / s[2]) {
-      throw UsageError("--head pixel-shuffle needs the mask size " + std::to_string(out_size[0]) + "x" +
+      throw UsageError(OptionName{"head"}, "pixel-shuffle needs the mask size " + std::to_string(out_size[0]) + "x" +
                        std::to_string(out_size[1]) + " to be a whole multiple r of level " + levels[0] + "'s " +
                        std::to_string(s[1]) + "x" + std::to_string(s[2]) + "; use linear (bilinear upsampling)");
     }

@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
 #include "embcache/probe/probe_data.hpp"
 #include "embcache/probe/temporal_pool.hpp"
 
@@ -19,8 +20,8 @@ namespace embcache {
 // (probe/logistic_regression.hpp) rather than trained by epochs.
 // kKnn: k-nearest-neighbour vote on pooled features (probe/knn.hpp); it has no weights.
 enum class HeadType { kLinear, kMlp, kConv, kFpn, kUnet, kPixelShuffle, kUpernet, kLogreg, kKnn };
-HeadType parse_head(const std::string& text);
-const char* head_name(HeadType type);
+const EnumTable<HeadType>& head_types();
+const char* head_name(HeadType type);  // head_types()'s name
 
 // The checks that need no cache: level count and task. UsageError naming the problem.
 void check_head_levels(HeadType type, ProbeTask task, std::size_t level_count, const std::string& levels_text);

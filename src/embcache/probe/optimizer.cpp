@@ -10,17 +10,15 @@
 
 namespace embcache {
 
-OptimizerKind parse_optimizer(const std::string& text) {
-  if (text == "adamw") return OptimizerKind::kAdamW;
-  if (text == "sgd") return OptimizerKind::kSgd;
-  throw UsageError(OptionName{"optimizer"}, "expected adamw or sgd, got \"" + text + "\"");
+const EnumTable<OptimizerKind>& optimizer_kinds() {
+  static const EnumTable<OptimizerKind> table{{OptimizerKind::kAdamW, "adamw"}, {OptimizerKind::kSgd, "sgd"}};
+  return table;
 }
 
-Schedule parse_schedule(const std::string& text) {
-  if (text == "cosine") return Schedule::kCosine;
-  if (text == "constant") return Schedule::kConstant;
-  if (text == "step") return Schedule::kStep;
-  throw UsageError(OptionName{"schedule"}, "expected cosine, constant or step, got \"" + text + "\"");
+const EnumTable<Schedule>& schedules() {
+  static const EnumTable<Schedule> table{
+      {Schedule::kCosine, "cosine"}, {Schedule::kConstant, "constant"}, {Schedule::kStep, "step"}};
+  return table;
 }
 
 double schedule_factor(Schedule schedule, std::int64_t step, std::int64_t total, std::int64_t warmup) {

@@ -8,13 +8,15 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
+
 namespace embcache {
 
 enum class OptimizerKind { kAdamW, kSgd };
-OptimizerKind parse_optimizer(const std::string& text);
+const EnumTable<OptimizerKind>& optimizer_kinds();
 
 enum class Schedule { kCosine, kConstant, kStep };
-Schedule parse_schedule(const std::string& text);
+const EnumTable<Schedule>& schedules();
 
 // Learning-rate multiplier for optimizer step `step` (0-based) of `total`: linear warm-up over the
 // first `warmup` steps, then cosine to 0, constant, or x0.1 at 60% and again at 85% of training.

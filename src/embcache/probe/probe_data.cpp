@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <map>
-#include <sstream>
 #include <unordered_map>
 
 #include "embcache/core/crop_key.hpp"
@@ -28,26 +27,16 @@ std::string split_counts_text(const std::map<std::string, std::int64_t>& counts)
 
 }  // namespace
 
-ProbeTask parse_task(const std::string& text) {
-  if (text == "classification") return ProbeTask::kClassification;
-  if (text == "multilabel") return ProbeTask::kMultilabel;
-  if (text == "segmentation") return ProbeTask::kSegmentation;
-  if (text == "regression") return ProbeTask::kRegression;
-  if (text == "pixel-regression") return ProbeTask::kPixelRegression;
-  throw UsageError(OptionName{"task"}, "expected classification, multilabel, segmentation, regression or "
-                   "pixel-regression, got \"" + text + "\"");
+const EnumTable<ProbeTask>& probe_tasks() {
+  static const EnumTable<ProbeTask> table{{ProbeTask::kClassification, "classification"},
+                                          {ProbeTask::kMultilabel, "multilabel"},
+                                          {ProbeTask::kSegmentation, "segmentation"},
+                                          {ProbeTask::kRegression, "regression"},
+                                          {ProbeTask::kPixelRegression, "pixel-regression"}};
+  return table;
 }
 
-const char* task_name(ProbeTask task) {
-  switch (task) {
-    case ProbeTask::kClassification: return "classification";
-    case ProbeTask::kMultilabel: return "multilabel";
-    case ProbeTask::kSegmentation: return "segmentation";
-    case ProbeTask::kRegression: return "regression";
-    case ProbeTask::kPixelRegression: return "pixel-regression";
-  }
-  return "?";
-}
+const char* task_name(ProbeTask task) { return probe_tasks().name(task); }
 
 bool is_dense(ProbeTask task) {
   return task == ProbeTask::kSegmentation || task == ProbeTask::kPixelRegression;
@@ -369,12 +358,6 @@ TrainRowKeys ProbeData::train_row_keys() const {
 
 const LevelSpec& ProbeData::level(const std::string& name_or_index) const {
   return find_level(*caches_.front(), name_or_index);
-}
-
-std::string ProbeData::describe_split_sizes() const {
-  std::ostringstream out;
-  for (int s = 0; s < 3; ++s) out << (s ? ", " : "") << splits_[s].name << " " << splits_[s].size();
-  return out.str();
 }
 
 }  // namespace embcache

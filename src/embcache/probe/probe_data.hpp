@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
 #include "embcache/probe/probe_options.hpp"
 #include "embcache/probe/train_fraction.hpp"
 #include "embcache/store/cache_reader.hpp"
@@ -16,8 +17,8 @@
 namespace embcache {
 
 enum class ProbeTask { kClassification, kMultilabel, kSegmentation, kRegression, kPixelRegression };
-ProbeTask parse_task(const std::string& text);
-const char* task_name(ProbeTask task);
+const EnumTable<ProbeTask>& probe_tasks();
+const char* task_name(ProbeTask task);  // probe_tasks()'s name
 bool is_dense(ProbeTask task);  // segmentation and pixel-regression predict a value per pixel
 
 // What ProbeData checks of its caches before reading a row: their signatures agree, and the
@@ -66,7 +67,6 @@ class ProbeData {
   std::vector<std::int64_t> mask_shape() const { return mask_shape_; }  // {h, w} for dense tasks
   // pixel-regression targets come from /labels/pixel_value (float, NaN = none) rather than the mask.
   bool pixel_values() const { return pixel_values_; }
-  std::string describe_split_sizes() const;
 
  private:
   void load_targets(const ProbeOptions& options);

@@ -47,9 +47,8 @@ void refuse_repeats(const std::vector<T>& values, const OptionName& option, Text
   for (std::size_t i = 0; i < values.size(); ++i) {
     for (std::size_t j = 0; j < i; ++j) {
       if (values[j] != values[i]) continue;
-      const std::string detail = text(values[i]) + " is listed twice; list each value once";
-      if (within.empty()) throw UsageError(option, detail);
-      throw UsageError("--" + option.key + " " + within + ": " + detail);
+      const std::string in = within.empty() ? "" : " in " + within;
+      throw UsageError(option, text(values[i]) + " is listed twice" + in + "; list each value once");
     }
   }
 }
@@ -64,7 +63,7 @@ void check_out(const std::string& out) {
     existing = existing.parent_path();
   }
   if (std::filesystem::exists(existing, ec) && !std::filesystem::is_directory(existing, ec)) {
-    throw UsageError("--out " + out + ": " + existing.string() + " is a file; name a directory for "
+    throw UsageError(OptionName{"out"}, existing.string() + " is a file; name a directory for "
                      "the run (metrics.json, history.csv, head.pt)");
   }
 }
@@ -102,8 +101,8 @@ std::int64_t resolve_batch_size(const std::string& text, ProbeTask task) {
 
 // What the heads get (time axes reduced how) and how their losses weigh classes.
 void plan_inputs_and_loss(const ProbeOptions& o, ProbePlan& plan) {
-  plan.temporal_pool = parse_temporal_pool(o.temporal_pool);
-  plan.class_weights = parse_class_weights(o.class_weights);
+  plan.temporal_pool = temporal_pools().parse(o.temporal_pool, {"temporal-pool"});
+  plan.class_weights = class_weight_modes().parse(o.class_weights, {"class-weights"});
   const bool has_classes = plan.task == ProbeTask::kClassification || plan.task == ProbeTask::kMultilabel ||
                            plan.task == ProbeTask::kSegmentation;
   if (plan.class_weights != ClassWeightMode::kNone && !has_classes) {
@@ -114,20 +113,12 @@ void plan_inputs_and_loss(const ProbeOptions& o, ProbePlan& plan) {
 
 // Device, tier and memory budgets.
 void plan_placement(const ProbeOptions& o, ProbePlan& plan) {
-  const std::pair<const char*, TierRequest> tiers[] = {
-      {"auto", TierRequest::kAuto}, {"gpu", TierRequest::kGpu}, {"host", TierRequest::kHost}, {"stream", TierRequest::kStream}};
-  bool known = false;
-  for (const auto& [name, tier] : tiers) {
-    if (o.tier == name) plan.tier = tier, known = true;
-  }
-  if (!known) throw UsageError(OptionName{"tier"}, "expected auto, gpu, host or stream, got \"" + o.tier + "\"");
+  plan.tier = tier_requests().parse(o.tier, {"tier"});
   plan.device = resolve_device(o.device);
   if (plan.tier == TierRequest::kGpu && !plan.device.is_cuda()) throw UsageError(OptionName{"tier"}, "gpu needs a CUDA --device");
   if (o.gpu_memory_budget != "auto") plan.gpu_budget = parse_bytes(o.gpu_memory_budget, {"gpu-memory-budget"});
   if (o.host_memory_budget != "auto") plan.host_budget = parse_bytes(o.host_memory_budget, {"host-memory-budget"});
-  if (o.standardize == "on") plan.standardize = StandardizeMode::kOn;
-  else if (o.standardize == "off") plan.standardize = StandardizeMode::kOff;
-  else if (o.standardize != "auto") throw UsageError(OptionName{"standardize"}, "expected auto, on or off, got \"" + o.standardize + "\"");
+  plan.standardize = standardize_modes().parse(o.standardize, {"standardize"});
 }
 
 // --levels: the level sets, each free of repeats, and no set given twice.
@@ -143,7 +134,7 @@ LevelSets checked_level_sets(const ProbeOptions& o) {
 // --head: the heads, free of repeats, each able to read each level set; logreg and knn alone.
 std::vector<HeadType> checked_heads(const ProbeOptions& o, const ProbePlan& plan, const LevelSets& level_sets) {
   std::vector<HeadType> heads;
-  for (const auto& h : split_list(o.head, {"head"})) heads.push_back(parse_head(h));
+  for (const auto& h : split_list(o.head, {"head"})) heads.push_back(head_types().parse(h, {"head"}));
   refuse_repeats(heads, {"head"}, [](HeadType t) { return std::string(head_name(t)); });
   for (HeadType head : heads) {
     for (const auto& set : level_sets) check_head_levels(head, plan.task, set.size(), level_set_text(set));
@@ -227,8 +218,7 @@ void plan_fractions_and_seeds(const ProbeOptions& o, ProbePlan& plan) {
     }
     refuse_repeats(seeds, {"seeds"}, [](std::uint64_t s) { return "seed " + std::to_string(s); });
   }
-  if (o.seed_mode == "init") plan.seed_mode = SeedMode::kInit;
-  else if (o.seed_mode != "full") throw UsageError(OptionName{"seed-mode"}, "expected full or init, got \"" + o.seed_mode + "\"");
+  plan.seed_mode = seed_modes().parse(o.seed_mode, {"seed-mode"});
   const HeadType head = plan.grid.front().head;
   if (seeds.size() > 1 && (head == HeadType::kKnn || head == HeadType::kLogreg)) {
     throw UsageError(OptionName{"seeds"}, std::string(head_name(head)) + " does not depend on the seed (no random "
@@ -265,6 +255,25 @@ std::string distinct_text(const std::vector<ProbeCombination>& grid, Text text) 
 
 std::string ProbeCombination::levels_text() const { return level_set_text(levels); }
 
+const EnumTable<TierRequest>& tier_requests() {
+  static const EnumTable<TierRequest> table{{TierRequest::kAuto, "auto"},
+                                            {TierRequest::kGpu, "gpu"},
+                                            {TierRequest::kHost, "host"},
+                                            {TierRequest::kStream, "stream"}};
+  return table;
+}
+
+const EnumTable<StandardizeMode>& standardize_modes() {
+  static const EnumTable<StandardizeMode> table{
+      {StandardizeMode::kAuto, "auto"}, {StandardizeMode::kOn, "on"}, {StandardizeMode::kOff, "off"}};
+  return table;
+}
+
+const EnumTable<SeedMode>& seed_modes() {
+  static const EnumTable<SeedMode> table{{SeedMode::kFull, "full"}, {SeedMode::kInit, "init"}};
+  return table;
+}
+
 bool ProbePlan::standardizes(HeadType type) const {
   if (standardize != StandardizeMode::kAuto) return standardize == StandardizeMode::kOn;
   return type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kPixelShuffle || type == HeadType::kLogreg;
@@ -274,9 +283,9 @@ ProbePlan plan_probe(const ProbeOptions& options) {
   check_out(options.out);
   ProbePlan plan;
   plan.options = options;
-  plan.task = parse_task(options.task);
-  plan.optimizer = parse_optimizer(options.optimizer);
-  plan.schedule = parse_schedule(options.schedule);
+  plan.task = probe_tasks().parse(options.task, {"task"});
+  plan.optimizer = optimizer_kinds().parse(options.optimizer, {"optimizer"});
+  plan.schedule = schedules().parse(options.schedule, {"schedule"});
   check_training(options);
   plan.batch_size = resolve_batch_size(options.batch_size, plan.task);
   const std::vector<double> lrs = parse_double_list(options.lr, {"lr"});

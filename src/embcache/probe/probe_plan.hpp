@@ -33,10 +33,13 @@ struct ProbeCombination {
 };
 
 enum class TierRequest { kAuto, kGpu, kHost, kStream };
+const EnumTable<TierRequest>& tier_requests();  // --tier
 enum class StandardizeMode { kAuto, kOn, kOff };
+const EnumTable<StandardizeMode>& standardize_modes();  // --standardize
 // --seed-mode: each seed a lone run (its own batch order and dropout), or seeds that differ in
 // initialisation only and share the first seed's pass.
 enum class SeedMode { kFull, kInit };
+const EnumTable<SeedMode>& seed_modes();
 
 struct ProbePlan {
   // As given. Below the plan only its numbers, paths and split names are read; its list and

@@ -2,24 +2,13 @@
 
 #include <ATen/ATen.h>
 
-#include "embcache/core/error.hpp"
 
 namespace embcache {
 
-TemporalPool parse_temporal_pool(const std::string& text) {
-  if (text == "mean") return TemporalPool::kMean;
-  if (text == "max") return TemporalPool::kMax;
-  if (text == "last") return TemporalPool::kLast;
-  throw UsageError(OptionName{"temporal-pool"}, "expected mean, max or last, got \"" + text + "\"");
-}
-
-const char* temporal_pool_name(TemporalPool pool) {
-  switch (pool) {
-    case TemporalPool::kMean: return "mean";
-    case TemporalPool::kMax: return "max";
-    case TemporalPool::kLast: return "last";
-  }
-  return "?";
+const EnumTable<TemporalPool>& temporal_pools() {
+  static const EnumTable<TemporalPool> table{
+      {TemporalPool::kMean, "mean"}, {TemporalPool::kMax, "max"}, {TemporalPool::kLast, "last"}};
+  return table;
 }
 
 at::Tensor pool_time(const at::Tensor& x, TemporalPool pool) {

@@ -7,11 +7,12 @@
 #include <cstdint>
 #include <string>
 
+#include "embcache/core/enum_table.hpp"
+
 namespace embcache {
 
 enum class TemporalPool { kMean, kMax, kLast };
-TemporalPool parse_temporal_pool(const std::string& text);  // UsageError naming --temporal-pool
-const char* temporal_pool_name(TemporalPool pool);
+const EnumTable<TemporalPool>& temporal_pools();
 
 // Reduces axis 1 (T) of [B, T, ...].
 at::Tensor pool_time(const at::Tensor& x, TemporalPool pool);

@@ -12,14 +12,14 @@ FeedTier resident_tier(const TierInputs& in, std::int64_t needed) {
   const bool automatic = in.request == TierRequest::kAuto;
   if (in.request == TierRequest::kGpu || (automatic && in.cuda && needed <= in.gpu_budget)) {
     if (needed > in.gpu_budget) {
-      throw UsageError("--tier gpu: the features need " + format_bytes(double(needed)) + " but --gpu-memory-budget is " +
+      throw UsageError(OptionName{"tier"}, "gpu: the features need " + format_bytes(double(needed)) + " but --gpu-memory-budget is " +
                        format_bytes(double(in.gpu_budget)) + "; raise the budget or use --tier auto");
     }
     return FeedTier::kGpu;
   }
   if (in.request == TierRequest::kHost || (automatic && needed <= in.host_budget)) {
     if (needed > in.host_budget) {
-      throw UsageError("--tier host: the features need " + format_bytes(double(needed)) + " but --host-memory-budget is " +
+      throw UsageError(OptionName{"tier"}, "host: the features need " + format_bytes(double(needed)) + " but --host-memory-budget is " +
                        format_bytes(double(in.host_budget)) + "; raise the budget or use --tier auto (streams from disk)");
     }
     return FeedTier::kHost;
@@ -45,7 +45,7 @@ TierChoice choose_tier(const TierInputs& in) {
                                    ? "raise the budget to " + format_bytes(double(choice.needed)) +
                                          " (the features then stay in memory) or lower --batch-size"
                                    : "raise the budget or lower --batch-size";
-    throw UsageError("--host-memory-budget " + format_bytes(double(in.host_budget)) + " is exhausted: streaming needs about " +
+    throw UsageError(OptionName{"host-memory-budget"}, format_bytes(double(in.host_budget)) + " is exhausted: streaming needs about " +
                      format_bytes(double(batch_bytes)) + " for a few batches of " + std::to_string(in.batch_size) +
                      " rows; " + advice);
   }

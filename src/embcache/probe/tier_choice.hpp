@@ -1,5 +1,6 @@
-// Where train-probe keeps the features of a run (docs/train-probe.md, "Data tiers"): a pure
-// function of their size, the budgets and the request, so that every branch is unit-tested.
+// Where train-probe keeps the features of a run (docs/train-probe.md, "Feeding the heads: three
+// tiers"): a pure function of their size, the budgets and the request, so that every branch is
+// unit-tested.
 #pragma once
 
 #include <cstdint>

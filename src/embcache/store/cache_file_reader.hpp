@@ -37,7 +37,7 @@ class CacheFileReader : public RowSource {
   // The root attribute `content_id`, which changes whenever the rows do; nullopt for caches
   // written before embcache recorded it.
   const std::optional<std::string>& content_id() const { return content_id_; }
-  hid_t file() const { return file_.get(); }
+  const h5::File& file() const { return file_; }
 
   CacheIndex read_index() const override;
   RowBatch read_rows(std::int64_t start, std::int64_t count) const override;
@@ -58,10 +58,10 @@ class CacheFileReader : public RowSource {
  private:
   std::vector<std::int64_t> dense_shape(const char* name) const;
   void check_scales(const LevelSpec& level) const;  // InputError when /scales/<level> is missing or wrong
-  at::Tensor read_dense(const char* name, hid_t mem_type, at::ScalarType dtype, std::int64_t start, std::int64_t count) const;
+  at::Tensor read_dense(const char* name, h5::Type mem_type, at::ScalarType dtype, std::int64_t start, std::int64_t count) const;
 
   std::string path_;
-  h5::Handle file_;
+  h5::File file_;
   Signature signature_;
   std::vector<LevelSpec> levels_;
   LabelKinds labels_;

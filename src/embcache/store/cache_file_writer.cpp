@@ -21,7 +21,7 @@ void check_rows(const at::Tensor& t, std::size_t rows, const std::string& what) 
 }
 
 // The level attributes that say what a level came from (docs/cache-format.md, "Levels").
-void write_origin(hid_t ds, const LevelOrigin& origin) {
+void write_origin(const h5::Dataset& ds, const LevelOrigin& origin) {
   h5::write_attr(ds, "source", std::string(level_source_name(origin.source)));
   if (!origin.output.empty()) h5::write_attr(ds, "source_output", origin.output);
   if (origin.patch_size > 0) {
@@ -43,7 +43,7 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
       storage_(storage),
       expected_rows_(expected_rows) {
   file_ = h5::create_file(path_);
-  const hid_t root = file_.get();
+  const h5::File& root = file_;
   h5::write_attr(root, "embcache_format", format_version_needed(levels_, storage_.dtype));
   h5::write_attr(root, "embcache_version", std::string(EMBCACHE_VERSION));
   h5::write_attr(root, "signature", signature.dump());
@@ -52,12 +52,12 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
   h5::write_attr(root, "encoder_sha256", signature.value("encoder_sha256", std::string()));
   h5::write_attr(root, "dtype", to_string(storage_.dtype));
 
-  h5::Handle text = h5::vlen_utf8_type();
-  group_ = create_column(cache_paths::kGroup, text.get(), {}, kColumnChunkRows);
-  window_ = create_column(cache_paths::kWindow, text.get(), {}, kColumnChunkRows);
-  split_ = create_column(cache_paths::kSplit, text.get(), {}, kColumnChunkRows);
-  bounds_ = create_column(cache_paths::kBounds, H5T_STD_I64LE, {4}, kColumnChunkRows);
-  pixel_hash_ = create_column(cache_paths::kPixelHash, H5T_STD_U64LE, {}, kColumnChunkRows);
+  const h5::Datatype text = h5::vlen_utf8_type();
+  group_ = create_column(cache_paths::kGroup, text, {}, kColumnChunkRows);
+  window_ = create_column(cache_paths::kWindow, text, {}, kColumnChunkRows);
+  split_ = create_column(cache_paths::kSplit, text, {}, kColumnChunkRows);
+  bounds_ = create_column(cache_paths::kBounds, h5::little_endian<std::int64_t>(), {4}, kColumnChunkRows);
+  pixel_hash_ = create_column(cache_paths::kPixelHash, h5::little_endian<std::uint64_t>(), {}, kColumnChunkRows);
 
   storage_type_ = hdf5_type(storage_.dtype);
   h5::create_group(root, cache_paths::kLevels);
@@ -76,12 +76,12 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     const h5::Dataspace space = h5::simple_space(dims, maxdims, name);
     std::vector<hsize_t> chunk = chunk_shape(level.row_shape, elem);
     chunk[0] = chunk_rows_;  // at most the level's own chunk rows: chunk_rows_ is their minimum
-    h5::Handle dcpl = feature_create_plist(chunk, storage_);
-    h5::Dataset ds = h5::create_dataset(root, name, storage_type_.get(), space.get(), dcpl.get(), path_ + ":/" + name);
-    h5::write_attr(ds.get(), "level_index", level.index);
-    h5::write_attr(ds.get(), "channels", level.row_shape.empty() ? 0 : level.row_shape[0]);
-    h5::write_attr(ds.get(), "stride", level.stride);
-    write_origin(ds.get(), level.origin);
+    const h5::PropertyList dcpl = feature_create_plist(chunk, storage_);
+    h5::Dataset ds = h5::create_dataset(root, name, storage_type_, space, dcpl, path_ + ":/" + name);
+    h5::write_attr(ds, "level_index", level.index);
+    h5::write_attr(ds, "channels", level.row_shape.empty() ? 0 : level.row_shape[0]);
+    h5::write_attr(ds, "stride", level.stride);
+    write_origin(ds, level.origin);
     level_datasets_.push_back(std::move(ds));
     DirectLevel direct;
     direct.row_bytes = level.row_bytes(storage_.dtype);
@@ -94,17 +94,17 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
     for (const LevelSpec& level : levels_) {
       std::vector<hsize_t> shape;
       for (auto d : level.scale_shape()) shape.push_back(hsize_t(d));
-      scale_datasets_.push_back(create_column(std::string(cache_paths::kScales) + "/" + level.name, H5T_IEEE_F32LE,
+      scale_datasets_.push_back(create_column(std::string(cache_paths::kScales) + "/" + level.name, h5::little_endian<float>(),
                                               shape, chunk_rows_));
     }
   }
   if (labels_.has_class) {
-    label_class_ = create_column(cache_paths::kLabelClass, H5T_STD_I64LE, {}, kColumnChunkRows);
+    label_class_ = create_column(cache_paths::kLabelClass, h5::little_endian<std::int64_t>(), {}, kColumnChunkRows);
   }
   if (labels_.has_value) {
     std::vector<hsize_t> shape;
     if (labels_.value_width > 0) shape.push_back(hsize_t(labels_.value_width));
-    label_value_ = create_column(cache_paths::kLabelValue, H5T_IEEE_F32LE, shape, kColumnChunkRows);
+    label_value_ = create_column(cache_paths::kLabelValue, h5::little_endian<float>(), shape, kColumnChunkRows);
   }
   // Features are appended at the end of the file: space is reserved ahead of them, at most
   // 256 MiB (or what the expected rows take) past the end. Compressed sizes are unknown, and
@@ -121,10 +121,10 @@ CacheFileWriter::CacheFileWriter(std::string path, const Signature& signature,
   }
 }
 
-int CacheFileWriter::file_descriptor() const { return h5::file_descriptor(file_.get()); }
+int CacheFileWriter::file_descriptor() const { return h5::file_descriptor(file_); }
 
-h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
-                                          std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
+h5::Dataset CacheFileWriter::create_column(const std::string& name, h5::Type type,
+                                           std::vector<hsize_t> row_shape, hsize_t chunk_rows) {
   std::vector<hsize_t> dims{0}, maxdims{H5S_UNLIMITED}, chunk{capped({chunk_rows})[0]};
   for (auto d : row_shape) {
     dims.push_back(d);
@@ -132,13 +132,13 @@ h5::Handle CacheFileWriter::create_column(const std::string& name, hid_t type,
     chunk.push_back(d);
   }
   const auto slash = name.find('/');
-  if (slash != std::string::npos && !h5::exists(file_.get(), name.substr(0, slash))) {
-    h5::create_group(file_.get(), name.substr(0, slash));
+  if (slash != std::string::npos && !h5::exists(file_, name.substr(0, slash))) {
+    h5::create_group(file_, name.substr(0, slash));
   }
   const h5::Dataspace space = h5::simple_space(dims, maxdims, name);
   // HDF5 allows no filters, fletcher32 included, on variable-length strings.
-  h5::Handle dcpl = column_create_plist(chunk, !h5::type_info(type).variable_string);
-  return h5::create_dataset(file_.get(), name, type, space.get(), dcpl.get(), path_ + ":/" + name);
+  const h5::PropertyList dcpl = column_create_plist(chunk, !h5::type_info(type).variable_string);
+  return h5::create_dataset(file_, name, type, space, dcpl, path_ + ":/" + name);
 }
 
 std::vector<hsize_t> CacheFileWriter::capped(std::vector<hsize_t> chunk) const {
@@ -148,26 +148,26 @@ std::vector<hsize_t> CacheFileWriter::capped(std::vector<hsize_t> chunk) const {
 
 // A per-pixel label dataset [N, h, w] under /labels (created here when the dataset has no
 // image-level labels).
-h5::Handle CacheFileWriter::create_dense_label_dataset(const char* name, hid_t type, std::int64_t height,
-                                                       std::int64_t width, const StorageOptions& storage) {
+h5::Dataset CacheFileWriter::create_dense_label_dataset(const char* name, h5::Type type, std::int64_t height,
+                                                        std::int64_t width, const StorageOptions& storage) {
   const auto chunk = capped(chunk_shape({height, width}, 4));
   std::vector<hsize_t> dims{0, hsize_t(height), hsize_t(width)};
   std::vector<hsize_t> maxdims{H5S_UNLIMITED, hsize_t(height), hsize_t(width)};
   const h5::Dataspace space = h5::simple_space(dims, maxdims, path_ + ":/" + name);
-  if (!h5::exists(file_.get(), "labels")) h5::create_group(file_.get(), "labels");
-  h5::Handle dcpl = feature_create_plist(chunk, storage);
-  return h5::create_dataset(file_.get(), name, type, space.get(), dcpl.get(), path_ + ":/" + name);
+  if (!h5::exists(file_, "labels")) h5::create_group(file_, "labels");
+  const h5::PropertyList dcpl = feature_create_plist(chunk, storage);
+  return h5::create_dataset(file_, name, type, space, dcpl, path_ + ":/" + name);
 }
 
 void CacheFileWriter::create_mask_dataset(std::int64_t height, std::int64_t width) {
   StorageOptions masks;  // masks are small integers: gzip shrinks them several-fold at no risk
   masks.compression.kind = Compression::Kind::kGzip;
-  label_mask_ = create_dense_label_dataset(cache_paths::kLabelMask, H5T_STD_I32LE, height, width, masks);
-  h5::write_attr(label_mask_.get(), "ignore_index", labels_.ignore_index);
+  label_mask_ = create_dense_label_dataset(cache_paths::kLabelMask, h5::little_endian<std::int32_t>(), height, width, masks);
+  h5::write_attr(label_mask_, "ignore_index", labels_.ignore_index);
 }
 
 void CacheFileWriter::create_pixel_value_dataset(std::int64_t height, std::int64_t width) {
-  label_pixel_value_ = create_dense_label_dataset(cache_paths::kLabelPixelValue, H5T_IEEE_F32LE, height, width, StorageOptions{});
+  label_pixel_value_ = create_dense_label_dataset(cache_paths::kLabelPixelValue, h5::little_endian<float>(), height, width, StorageOptions{});
 }
 
 void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>& between_chunks) {
@@ -178,7 +178,7 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
     throw Error(ExitCode::kInternal, "row batch columns have different lengths");
   }
   // The index columns are small per row: they are gathered and written every few thousand rows
-  // (and at close), not per batch, which cost the I/O thread 15% of its time in small writes.
+  // (and at close), not per batch: many small writes would cost the I/O thread more than the rows.
   auto gather = [](auto& into, const auto& from) { into.insert(into.end(), from.begin(), from.end()); };
   gather(index_.groups, batch.groups);
   gather(index_.windows, batch.windows);
@@ -203,7 +203,7 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
                     have_sums ? batch.row_checksums[i].data() : nullptr, between_chunks);
     } else {
       // The memory type equals the file type: HDF5 copies bytes, it never converts floats.
-      h5::append_rows(level_datasets_[i].get(), storage_type_.get(), n, t.data_ptr(),
+      h5::append_rows(level_datasets_[i], storage_type_, n, t.data_ptr(),
                       path_ + ":/levels/" + levels_[i].name);
     }
     feature_bytes_ += std::int64_t(t.nbytes());
@@ -213,30 +213,30 @@ void CacheFileWriter::append(const RowBatch& batch, const std::function<void()>&
     for (std::size_t i = 0; i < levels_.size(); ++i) {
       const at::Tensor& t = batch.scales[i];
       check_rows(t, n, "scales/" + levels_[i].name);
-      h5::append_rows(scale_datasets_[i].get(), H5T_NATIVE_FLOAT, n, t.data_ptr(), path_ + ":/scales/" + levels_[i].name);
+      h5::append_rows(scale_datasets_[i], h5::native<float>(), n, t.data_ptr(), path_ + ":/scales/" + levels_[i].name);
       feature_bytes_ += std::int64_t(t.nbytes());
     }
   }
   if (labels_.has_class) {
     check_rows(batch.label_class, n, "labels/class");
-    h5::append_rows(label_class_.get(), H5T_NATIVE_INT64, n, batch.label_class.data_ptr(),
+    h5::append_rows(label_class_, h5::native<std::int64_t>(), n, batch.label_class.data_ptr(),
                     path_ + ":/labels/class");
   }
   if (labels_.has_value) {
     check_rows(batch.label_value, n, "labels/value");
-    h5::append_rows(label_value_.get(), H5T_NATIVE_FLOAT, n, batch.label_value.data_ptr(),
+    h5::append_rows(label_value_, h5::native<float>(), n, batch.label_value.data_ptr(),
                     path_ + ":/labels/value");
   }
   if (labels_.has_mask) {
     check_rows(batch.label_mask, n, "labels/mask");
     if (!label_mask_) create_mask_dataset(batch.label_mask.size(1), batch.label_mask.size(2));
-    h5::append_rows(label_mask_.get(), H5T_NATIVE_INT32, n, batch.label_mask.data_ptr(),
+    h5::append_rows(label_mask_, h5::native<std::int32_t>(), n, batch.label_mask.data_ptr(),
                     path_ + ":/labels/mask");
   }
   if (labels_.has_pixel_value) {
     check_rows(batch.label_pixel_value, n, "labels/pixel_value");
     if (!label_pixel_value_) create_pixel_value_dataset(batch.label_pixel_value.size(1), batch.label_pixel_value.size(2));
-    h5::append_rows(label_pixel_value_.get(), H5T_NATIVE_FLOAT, n, batch.label_pixel_value.data_ptr(),
+    h5::append_rows(label_pixel_value_, h5::native<float>(), n, batch.label_pixel_value.data_ptr(),
                     path_ + ":/labels/pixel_value");
   }
   rows_ += std::int64_t(n);
@@ -250,9 +250,9 @@ void CacheFileWriter::append_direct(std::size_t level, std::uint8_t* data, std::
   const std::size_t full_rows = (d.pending_rows + rows) / chunk_rows * chunk_rows;
   if (full_rows > 0) {
     const std::string where = path_ + ":/levels/" + levels_[level].name;
-    std::vector<hsize_t> dims = h5::dataset_dims(level_datasets_[level].get(), where);
+    std::vector<hsize_t> dims = h5::dataset_dims(level_datasets_[level], where);
     dims[0] = hsize_t(d.rows_written) + full_rows;
-    h5::set_extent(level_datasets_[level].get(), dims, where);
+    h5::set_extent(level_datasets_[level], dims, where);
   }
   while (rows > 0) {
     if (d.pending_rows == 0 && rows > chunk_rows) {
@@ -308,7 +308,7 @@ void CacheFileWriter::write_chunk(std::size_t level, std::uint8_t* rows, const s
     const std::uint8_t* saved;
     ~Restore() { std::memcpy(at, saved, 4); }
   } restore{rows + data_bytes, borrowed};
-  h5::write_chunk(level_datasets_[level].get(), offset, data_bytes + 4, rows, where);
+  h5::write_chunk(level_datasets_[level], offset, data_bytes + 4, rows, where);
   d.rows_written += std::int64_t(chunk_rows);
 }
 
@@ -316,7 +316,7 @@ void CacheFileWriter::flush_pending_rows(std::size_t level) {
   DirectLevel& d = direct_[level];
   if (d.pending_rows == 0) return;
   // A partial last chunk: HDF5 writes it (and its checksum) the usual way.
-  h5::append_rows(level_datasets_[level].get(), storage_type_.get(), d.pending_rows, d.pending.data(),
+  h5::append_rows(level_datasets_[level], storage_type_, d.pending_rows, d.pending.data(),
                   path_ + ":/levels/" + levels_[level].name);
   d.rows_written += std::int64_t(d.pending_rows);
   d.pending_rows = 0;
@@ -339,16 +339,16 @@ void CacheFileWriter::start_writeback(bool drop) {
 void CacheFileWriter::flush_index() {
   const hsize_t n = index_.groups.size();
   if (n == 0) return;
-  h5::append_strings(group_.get(), index_.groups, path_ + ":/index/group");
-  h5::append_strings(window_.get(), index_.windows, path_ + ":/index/window");
-  h5::append_strings(split_.get(), index_.splits, path_ + ":/index/split");
-  h5::append_rows(bounds_.get(), H5T_NATIVE_INT64, n, index_.bounds.data(), path_ + ":/index/bounds");
-  h5::append_rows(pixel_hash_.get(), H5T_NATIVE_UINT64, n, index_.pixel_hashes.data(), path_ + ":/index/pixel_hash");
+  h5::append_strings(group_, index_.groups, path_ + ":/index/group");
+  h5::append_strings(window_, index_.windows, path_ + ":/index/window");
+  h5::append_strings(split_, index_.splits, path_ + ":/index/split");
+  h5::append_rows(bounds_, h5::native<std::int64_t>(), n, index_.bounds.data(), path_ + ":/index/bounds");
+  h5::append_rows(pixel_hash_, h5::native<std::uint64_t>(), n, index_.pixel_hashes.data(), path_ + ":/index/pixel_hash");
   index_ = RowBatch();
 }
 
 void CacheFileWriter::flush() {
-  if (file_) h5::flush(file_.get(), path_);
+  if (file_) h5::flush(file_, path_);
 }
 
 std::int64_t CacheFileWriter::written_chunks(std::size_t level) const {
@@ -360,7 +360,7 @@ CacheFileWriter::ChunkLocation CacheFileWriter::chunk_location(std::size_t level
   std::vector<hsize_t> offset(levels_.at(level).row_shape.size() + 1, 0);
   offset[0] = hsize_t(chunk) * chunk_rows_;
   const std::string where = path_ + ":/levels/" + levels_[level].name;
-  const h5::ChunkLocation at = h5::chunk_location(level_datasets_[level].get(), offset, where);
+  const h5::ChunkLocation at = h5::chunk_location(level_datasets_[level], offset, where);
   if (at.address == HADDR_UNDEF || at.filter_mask != 0) {
     throw Error(ExitCode::kInternal, where + ": chunk " + std::to_string(chunk) + " is not stored as written");
   }
@@ -379,17 +379,17 @@ std::vector<std::uint8_t> CacheFileWriter::rows_bytes(std::size_t level, std::in
   const std::int64_t count = rows_ - first;
   std::vector<std::uint8_t> bytes(std::size_t(count) * row_bytes);
   if (count > 0) {
-    h5::read_rows(level_datasets_[level].get(), storage_type_.get(), hsize_t(first), hsize_t(count), bytes.data(),
+    h5::read_rows(level_datasets_[level], storage_type_, hsize_t(first), hsize_t(count), bytes.data(),
                   path_ + ":/levels/" + levels_[level].name);
   }
   return bytes;
 }
 
 void CacheFileWriter::set_complete(bool complete) {
-  h5::write_attr(file_.get(), "complete", std::int64_t(complete ? 1 : 0));
+  h5::write_attr(file_, "complete", std::int64_t(complete ? 1 : 0));
 }
 
-void CacheFileWriter::set_content_id(const std::string& id) { h5::write_attr(file_.get(), "content_id", id); }
+void CacheFileWriter::set_content_id(const std::string& id) { h5::write_attr(file_, "content_id", id); }
 
 void CacheFileWriter::close() {
   if (!file_) return;
@@ -397,7 +397,7 @@ void CacheFileWriter::close() {
   for (std::size_t i = 0; i < direct_.size(); ++i) {
     if (direct_[i].enabled) flush_pending_rows(i);
   }
-  h5::flush(file_.get(), path_);
+  h5::flush(file_, path_);
   if (writeback_) writeback_->drain();  // it uses the file descriptor that H5Fclose closes
   group_.reset(); window_.reset(); split_.reset(); bounds_.reset(); pixel_hash_.reset();
   level_datasets_.clear();

@@ -77,7 +77,7 @@ class CacheFileWriter {
   std::vector<hsize_t> capped(std::vector<hsize_t> chunk) const;
   int file_descriptor() const;  // -1 when HDF5 does not say
   // Full chunks of a level go through H5Dwrite_chunk with our own fletcher32 (HDF5's filter
-  // runs at ~0.6 GB/s, ours at memory speed); only the last partial chunk takes HDF5's path.
+  // runs far below memory speed, ours at it); only the last partial chunk takes HDF5's path.
   struct DirectLevel {
     bool enabled = false;
     std::size_t row_bytes = 0;
@@ -96,10 +96,10 @@ class CacheFileWriter {
   void flush_index();
   static constexpr std::size_t kIndexRowsPerWrite = 4096;
   RowBatch index_;  // index columns (groups, windows, splits, bounds, pixel hashes) not yet written
-  h5::Handle create_column(const std::string& name, hid_t type, std::vector<hsize_t> row_shape,
-                           hsize_t chunk_rows);
-  h5::Handle create_dense_label_dataset(const char* name, hid_t type, std::int64_t height, std::int64_t width,
-                                        const StorageOptions& storage);
+  h5::Dataset create_column(const std::string& name, h5::Type type, std::vector<hsize_t> row_shape,
+                            hsize_t chunk_rows);
+  h5::Dataset create_dense_label_dataset(const char* name, h5::Type type, std::int64_t height, std::int64_t width,
+                                         const StorageOptions& storage);
   void create_mask_dataset(std::int64_t height, std::int64_t width);
   void create_pixel_value_dataset(std::int64_t height, std::int64_t width);
 
@@ -107,14 +107,14 @@ class CacheFileWriter {
   std::vector<LevelSpec> levels_;
   LabelKinds labels_;
   StorageOptions storage_;
-  h5::Handle file_;
-  h5::Handle group_, window_, split_, bounds_, pixel_hash_;
-  std::vector<h5::Handle> level_datasets_;
-  std::vector<h5::Handle> scale_datasets_;  // int8: /scales/<level>, one per level
+  h5::File file_;
+  h5::Dataset group_, window_, split_, bounds_, pixel_hash_;
+  std::vector<h5::Dataset> level_datasets_;
+  std::vector<h5::Dataset> scale_datasets_;  // int8: /scales/<level>, one per level
   std::vector<DirectLevel> direct_;
   hsize_t chunk_rows_ = 1;  // shared by every level: chunk k holds rows [k*R, (k+1)*R) everywhere
-  h5::Handle label_class_, label_value_, label_mask_, label_pixel_value_;
-  h5::Handle storage_type_;
+  h5::Dataset label_class_, label_value_, label_mask_, label_pixel_value_;
+  h5::Datatype storage_type_;
   std::int64_t rows_ = 0;
   std::int64_t expected_rows_ = 0;
   // Disk space kept reserved ahead of the features (file_space.hpp); none for compressed files.

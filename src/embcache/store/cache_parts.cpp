@@ -15,29 +15,18 @@ namespace {
 constexpr const char* kParts = "parts";
 
 // Datasets of a cache file, "index/group" ... "levels/2", in a fixed order.
-std::vector<std::string> dataset_paths(hid_t file) {
+std::vector<std::string> dataset_paths(const h5::File& file) {
   std::vector<std::string> paths;
   for (const char* group : {"index", cache_paths::kLevels, cache_paths::kScales, "labels"}) {
     if (!h5::exists(file, group)) continue;
-    const h5::Group g = h5::open_group(file, group);
-    // By index, not H5Literate, whose callback type differs between HDF5 1.10 and 1.12+.
-    H5G_info_t info{};
-    h5::check_status(H5Gget_info(g.get(), &info), "cannot list", group);
-    std::vector<std::string> names;
-    for (hsize_t i = 0; i < info.nlinks; ++i) {
-      const ssize_t size = H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, nullptr, 0, H5P_DEFAULT);
-      std::string name(std::size_t(std::max<ssize_t>(size, 0)), '\0');
-      H5Lget_name_by_idx(g.get(), ".", H5_INDEX_NAME, H5_ITER_INC, i, name.data(), name.size() + 1, H5P_DEFAULT);
-      names.push_back(name);
-    }
-    for (const auto& name : names) paths.push_back(std::string(group) + "/" + name);
+    for (const auto& name : h5::link_names(file, group)) paths.push_back(std::string(group) + "/" + name);
   }
   return paths;
 }
 
 // What a reader gets where a part file is missing: NaN for floats, -1 for signed integers
 // (labels, bounds), HDF5's zero for the rest (int8 levels: their NaN scales poison them).
-std::vector<std::uint8_t> missing_fill(hid_t type, const std::string& path) {
+std::vector<std::uint8_t> missing_fill(h5::Type type, const std::string& path) {
   const h5::TypeInfo info = h5::type_info(type);
   std::vector<std::uint8_t> fill(info.size, 0);
   if (info.type_class == H5T_FLOAT) {
@@ -62,18 +51,17 @@ std::vector<std::uint8_t> missing_fill(hid_t type, const std::string& path) {
   return fill;
 }
 
-std::vector<std::string> strings_of(hid_t file, const std::string& name, const std::string& where) {
+std::vector<std::string> strings_of(const h5::File& file, const std::string& name, const std::string& where) {
   const h5::Dataset ds = h5::open_dataset(file, name);
-  return h5::read_strings(ds.get(), 0, h5::dataset_dims(ds.get(), where).at(0), where);
+  return h5::read_strings(ds, 0, h5::dataset_dims(ds, where).at(0), where);
 }
 
-std::vector<std::int64_t> ints_of(hid_t file, const std::string& name, const std::string& where) {
+std::vector<std::int64_t> ints_of(const h5::File& file, const std::string& name, const std::string& where) {
   const h5::Dataset ds = h5::open_dataset(file, name);
   hsize_t total = 1;
-  for (auto d : h5::dataset_dims(ds.get(), where)) total *= d;
+  for (auto d : h5::dataset_dims(ds, where)) total *= d;
   std::vector<std::int64_t> values(total);
-  if (total > 0) h5::check_status(H5Dread(ds.get(), H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
-                                  "cannot read", where);
+  h5::read_whole(ds, h5::native<std::int64_t>(), values.data(), where);
   return values;
 }
 
@@ -101,9 +89,9 @@ bool CacheView::complete() const {
   return false;
 }
 
-bool is_view_file(hid_t file) { return h5::exists(file, kParts); }
+bool is_view_file(const h5::File& file) { return h5::exists(file, kParts); }
 
-CacheView read_view_table(hid_t file, const std::string& path, bool key_hashes) {
+CacheView read_view_table(const h5::File& file, const std::string& path, bool key_hashes) {
   const std::string where = path + ":/parts";
   CacheView view;
   try {
@@ -153,9 +141,9 @@ CacheView read_view_table(hid_t file, const std::string& path, bool key_hashes) 
 void write_view_file(const std::string& out_path, const std::string& cache_dir, const CacheView& view,
                      const ViewHeader& header) {
   if (view.parts.empty()) throw std::logic_error("write_view_file: a view without parts");
-  h5::Handle file = h5::create_view_file(out_path);
+  h5::File file = h5::create_view_file(out_path);
   {
-    const hid_t root = file.get();
+    const h5::File& root = file;
     const std::string first_path = cache_dir + "/" + view.parts.front().file;
     const h5::File first = h5::open_file(first_path, false);
     h5::write_attr(root, "embcache_format", kViewFormatVersion);
@@ -167,11 +155,11 @@ void write_view_file(const std::string& out_path, const std::string& cache_dir, 
     h5::write_attr(root, "complete", std::int64_t(view.complete() ? 1 : 0));
     h5::write_attr(root, "content_id", header.content_id);
     const hsize_t rows = hsize_t(view.rows());
-    for (const std::string& path : dataset_paths(first.get())) {
+    for (const std::string& path : dataset_paths(first)) {
       const std::string where = out_path + ":/" + path;
-      const h5::Dataset source = h5::open_dataset(first.get(), path);
-      const h5::Datatype type = h5::dataset_type(source.get(), first_path + ":/" + path);
-      std::vector<hsize_t> row_shape = h5::dataset_dims(source.get(), first_path + ":/" + path);
+      const h5::Dataset source = h5::open_dataset(first, path);
+      const h5::Datatype type = h5::dataset_type(source, first_path + ":/" + path);
+      std::vector<hsize_t> row_shape = h5::dataset_dims(source, first_path + ":/" + path);
       row_shape.erase(row_shape.begin());
       std::vector<h5::VirtualSource> sources;
       hsize_t at = 0;
@@ -182,9 +170,9 @@ void write_view_file(const std::string& out_path, const std::string& cache_dir, 
       }
       const std::string parent = path.substr(0, path.find('/'));
       if (!h5::exists(root, parent)) h5::create_group(root, parent);
-      const h5::Dataset ds = h5::create_virtual_dataset(root, path, type.get(), row_shape, rows, sources,
-                                                        missing_fill(type.get(), path), where);
-      h5::copy_attributes(source.get(), ds.get(), where);
+      const h5::Dataset ds = h5::create_virtual_dataset(root, path, type, row_shape, rows, sources,
+                                                        missing_fill(type, path), where);
+      h5::copy_attributes(source, ds, where);
     }
     const h5::Group parts = h5::create_group(root, kParts);
     std::vector<std::string> files, ids, shards, computed;
@@ -203,15 +191,15 @@ void write_view_file(const std::string& out_path, const std::string& cache_dir, 
     for (const RowSegment& s : view.segments) segments.insert(segments.end(), {s.part, s.start, s.count});
     const std::string where = out_path + ":/parts";
     const hsize_t n = files.size();
-    h5::write_string_dataset(parts.get(), "file", files, where);
-    h5::write_int64_dataset(parts.get(), "rows", {n}, part_rows, where);
-    h5::write_int64_dataset(parts.get(), "bytes", {n}, bytes, where);
-    h5::write_string_dataset(parts.get(), "content_id", ids, where);
-    h5::write_string_dataset(parts.get(), "shard", shards, where);
-    h5::write_int64_dataset(parts.get(), "complete", {n}, complete, where);
-    h5::write_string_dataset(parts.get(), "computed_with", computed, where);
-    h5::write_int64_dataset(parts.get(), "segments", {hsize_t(view.segments.size()), 3}, segments, where);
-    h5::write_int64_dataset(parts.get(), "key_hash", {hsize_t(hashes.size())}, hashes, where);
+    h5::write_string_dataset(parts, "file", files, where);
+    h5::write_int64_dataset(parts, "rows", {n}, part_rows, where);
+    h5::write_int64_dataset(parts, "bytes", {n}, bytes, where);
+    h5::write_string_dataset(parts, "content_id", ids, where);
+    h5::write_string_dataset(parts, "shard", shards, where);
+    h5::write_int64_dataset(parts, "complete", {n}, complete, where);
+    h5::write_string_dataset(parts, "computed_with", computed, where);
+    h5::write_int64_dataset(parts, "segments", {hsize_t(view.segments.size()), 3}, segments, where);
+    h5::write_int64_dataset(parts, "key_hash", {hsize_t(hashes.size())}, hashes, where);
   }
   h5::close_file(file, out_path);
 }

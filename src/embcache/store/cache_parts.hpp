@@ -4,7 +4,7 @@
 // parts, cache_reader.hpp reads them. docs/cache-format.md, "Caches of parts", is its human form.
 #pragma once
 
-#include <hdf5.h>
+#include "embcache/h5/h5.hpp"
 #include <nlohmann/json.hpp>
 
 #include <cstdint>
@@ -51,10 +51,10 @@ struct ViewHeader {
 };
 
 // Whether an open cache file is a view (it has /parts).
-bool is_view_file(hid_t file);
+bool is_view_file(const h5::File& file);
 // The table of an open view file (with each part's key hashes when asked); InputError naming
 // `path` when it is damaged.
-CacheView read_view_table(hid_t file, const std::string& path, bool key_hashes = false);
+CacheView read_view_table(const h5::File& file, const std::string& path, bool key_hashes = false);
 // Writes a view of `view` to `out_path` (truncating): every dataset of the first part's file,
 // as a virtual dataset over the segments, with its attributes; float datasets read as NaN (int8
 // levels: their scales) and integer labels as -1 where a part file is missing. Every part must

@@ -134,23 +134,23 @@ CacheIndex CacheReader::read_index(std::int64_t start, std::int64_t count, Index
   CacheIndex index;
   for (const Piece& p : pieces(start, count)) {
     const auto file = part(p.part);
-    const hid_t f = file->file();
+    const h5::File& f = file->file();
     const std::string where = file->path();
     const hsize_t s = hsize_t(p.start), n = hsize_t(p.count);
-    auto strings = [&](const char* name) { return h5::read_strings(h5::open_dataset(f, name).get(), s, n, where); };
+    auto strings = [&](const char* name) { return h5::read_strings(h5::open_dataset(f, name), s, n, where); };
     if (columns.keys) {
       append(index.groups, strings(cache_paths::kGroup));
       append(index.windows, strings(cache_paths::kWindow));
       const std::size_t at = index.bounds.size();
       index.bounds.resize(at + 4 * n);
-      h5::read_rows(h5::open_dataset(f, cache_paths::kBounds).get(), H5T_NATIVE_INT64, s, n, index.bounds.data() + at,
+      h5::read_rows(h5::open_dataset(f, cache_paths::kBounds), h5::native<std::int64_t>(), s, n, index.bounds.data() + at,
                     where);
     }
     if (columns.splits) append(index.splits, strings(cache_paths::kSplit));
     if (columns.hashes) {
       const std::size_t at = index.pixel_hashes.size();
       index.pixel_hashes.resize(at + n);
-      h5::read_rows(h5::open_dataset(f, cache_paths::kPixelHash).get(), H5T_NATIVE_UINT64, s, n,
+      h5::read_rows(h5::open_dataset(f, cache_paths::kPixelHash), h5::native<std::uint64_t>(), s, n,
                     index.pixel_hashes.data() + at, where);
     }
   }
@@ -212,8 +212,8 @@ at::Tensor CacheReader::read_targets(bool classes) const {
   return gather(0, rows_, [&](const CacheFileReader& f, std::int64_t s, std::int64_t n) {
     at::Tensor t = classes ? at::empty({n}, at::kLong) : at::empty({n, width}, at::kFloat);
     if (n == 0) return t;
-    h5::read_rows(h5::open_dataset(f.file(), classes ? cache_paths::kLabelClass : cache_paths::kLabelValue).get(),
-                  classes ? H5T_NATIVE_INT64 : H5T_NATIVE_FLOAT, hsize_t(s), hsize_t(n), t.data_ptr(), f.path());
+    h5::read_rows(h5::open_dataset(f.file(), classes ? cache_paths::kLabelClass : cache_paths::kLabelValue),
+                  classes ? h5::native<std::int64_t>() : h5::native<float>(), hsize_t(s), hsize_t(n), t.data_ptr(), f.path());
     return t;
   });
 }
@@ -250,10 +250,10 @@ std::int64_t CacheReader::level_storage_bytes(const LevelSpec& level) const {
       continue;
     }
     const auto file = part(p);
-    const hid_t f = file->file();
-    bytes += h5::storage_size(h5::open_dataset(f, std::string(cache_paths::kLevels) + "/" + level.name).get());
+    const h5::File& f = file->file();
+    bytes += h5::storage_size(h5::open_dataset(f, std::string(cache_paths::kLevels) + "/" + level.name));
     if (storage().dtype == StorageDtype::kInt8) {
-      bytes += h5::storage_size(h5::open_dataset(f, std::string(cache_paths::kScales) + "/" + level.name).get());
+      bytes += h5::storage_size(h5::open_dataset(f, std::string(cache_paths::kScales) + "/" + level.name));
     }
   }
   return bytes;

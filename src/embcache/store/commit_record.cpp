@@ -20,11 +20,11 @@ constexpr const char* kCommitGroup = "commit";
 std::string level_group(std::size_t level) { return std::string(kCommitGroup) + "/level_" + std::to_string(level); }
 
 // A 1-D or 2-D dataset written whole (contiguous; records are small and written once).
-void write_array(hid_t loc, const std::string& name, hid_t file_type, hid_t mem_type, std::vector<hsize_t> dims,
+void write_array(h5::Location loc, const std::string& name, h5::Type file_type, h5::Type mem_type, std::vector<hsize_t> dims,
                  const void* data, const std::string& where) {
   const h5::Dataspace space = h5::simple_space(dims, {}, where + ":/" + name);
-  const h5::Dataset ds = h5::create_dataset(loc, name, file_type, space.get(), H5P_DEFAULT, where + ":/" + name);
-  h5::write_whole(ds.get(), mem_type, data, where + ":/" + name);
+  const h5::Dataset ds = h5::create_dataset(loc, name, file_type, space, where + ":/" + name);
+  h5::write_whole(ds, mem_type, data, where + ":/" + name);
 }
 
 nlohmann::json levels_to_json(const std::vector<LevelSpec>& levels) {
@@ -68,7 +68,7 @@ void write_commit_record(const std::string& path, const Signature& signature, co
     Signature without_levels = signature;
     without_levels["levels"] = nlohmann::json::array();
     StorageOptions plain;
-    plain.dtype = parse_storage_dtype(signature.value("dtype", std::string("float32")));
+    plain.dtype = storage_dtypes().parse(signature.value("dtype", std::string("float32")), {"dtype"});
     CacheFileWriter writer(path, without_levels, {}, labels, plain, rows);
     for (const RowBatch& part : parts) {
       RowBatch index = part;
@@ -79,34 +79,34 @@ void write_commit_record(const std::string& path, const Signature& signature, co
     }
     writer.close();
   }
-  const bool int8 = parse_storage_dtype(signature.value("dtype", std::string("float32"))) == StorageDtype::kInt8;
-  h5::Handle file = h5::open_file(path, true);
-  h5::Handle group = h5::create_group(file.get(), kCommitGroup);
-  h5::write_attr(group.get(), "first_row", first_row);
-  h5::write_attr(group.get(), "chunk_rows", chunk_rows);
-  h5::write_attr(group.get(), "levels", levels_to_json(levels).dump());
+  const bool int8 = storage_dtypes().parse(signature.value("dtype", std::string("float32")), {"dtype"}) == StorageDtype::kInt8;
+  h5::File file = h5::open_file(path, true);
+  h5::Group group = h5::create_group(file, kCommitGroup);
+  h5::write_attr(group, "first_row", first_row);
+  h5::write_attr(group, "chunk_rows", chunk_rows);
+  h5::write_attr(group, "levels", levels_to_json(levels).dump());
   for (std::size_t i = 0; i < recorded.size(); ++i) {
     const RecordedLevel& r = recorded[i];
-    h5::Handle level = h5::create_group(file.get(), level_group(i));
+    const h5::Group level = h5::create_group(file, level_group(i));
     std::vector<std::int64_t> table;
     for (std::size_t k = 0; k < r.chunks.size(); ++k) {
       table.push_back(r.chunks[k]);
       table.push_back(std::int64_t(r.addresses[k]));
       table.push_back(std::int64_t(r.sizes[k]));
     }
-    write_array(level.get(), "chunks", H5T_STD_I64LE, H5T_NATIVE_INT64, {hsize_t(r.chunks.size()), 3}, table.data(), path);
-    write_array(level.get(), "tail", H5T_STD_U8LE, H5T_NATIVE_UINT8, {hsize_t(r.tail.size())}, r.tail.data(), path);
-    h5::write_attr(level.get(), "tail_first", r.tail_first);
+    write_array(level, "chunks", h5::little_endian<std::int64_t>(), h5::native<std::int64_t>(), {hsize_t(r.chunks.size()), 3}, table.data(), path);
+    write_array(level, "tail", h5::little_endian<std::uint8_t>(), h5::native<std::uint8_t>(), {hsize_t(r.tail.size())}, r.tail.data(), path);
+    h5::write_attr(level, "tail_first", r.tail_first);
     if (int8) {
       // The committed rows' scales, whole: they are small (one float per row and channel).
       std::vector<at::Tensor> scales;
       for (const RowBatch& part : parts) scales.push_back(part.scales.at(i));
       const at::Tensor all = at::cat(scales).contiguous();
       std::vector<hsize_t> dims(all.sizes().begin(), all.sizes().end());
-      write_array(level.get(), "scales", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, dims, all.data_ptr(), path);
+      write_array(level, "scales", h5::little_endian<float>(), h5::native<float>(), dims, all.data_ptr(), path);
     }
   }
-  group = h5::Handle();
+  group = h5::Group();
   h5::close_file(file, path);
 }
 
@@ -164,15 +164,15 @@ void RecordedChunks::read(std::size_t level, std::int64_t chunk_rows, std::size_
 CommittedRows::CommittedRows(std::string path, std::shared_ptr<RecordedChunks> chunks)
     : reader_(std::move(path)), chunks_(std::move(chunks)) {
   const std::string& where = reader_.path();
-  const hid_t file = reader_.file();
+  const h5::File& file = reader_.file();
   if (!h5::exists(file, kCommitGroup)) {
     throw InputError(where + ": not a commit record (no /commit); remove it, or rerun with --overwrite");
   }
-  h5::Handle group = h5::open_group(file, kCommitGroup);
-  first_row_ = h5::read_attr_int(group.get(), "first_row").value_or(0);
-  chunk_rows_ = std::max<std::int64_t>(1, h5::read_attr_int(group.get(), "chunk_rows").value_or(1));
+  const h5::Group group = h5::open_group(file, kCommitGroup);
+  first_row_ = h5::read_attr_int(group, "first_row").value_or(0);
+  chunk_rows_ = std::max<std::int64_t>(1, h5::read_attr_int(group, "chunk_rows").value_or(1));
   try {
-    for (const auto& l : nlohmann::json::parse(h5::read_attr_string(group.get(), "levels").value_or("[]"))) {
+    for (const auto& l : nlohmann::json::parse(h5::read_attr_string(group, "levels").value_or("[]"))) {
       levels_.push_back(level_from_json(l));
     }
   } catch (const InputError&) {
@@ -182,13 +182,13 @@ CommittedRows::CommittedRows(std::string path, std::shared_ptr<RecordedChunks> c
     throw InputError(where + ": the commit record's level list is not valid; rerun with --overwrite");
   }
   for (std::size_t i = 0; i < levels_.size(); ++i) {
-    h5::Handle level = h5::open_group(file, level_group(i));
-    tail_first_.push_back(h5::read_attr_int(level.get(), "tail_first").value_or(first_row_));
-    h5::Handle table = h5::open_dataset(level.get(), "chunks");
-    const auto dims = h5::dataset_dims(table.get(), where + ":/" + level_group(i) + "/chunks");
+    const h5::Group level = h5::open_group(file, level_group(i));
+    tail_first_.push_back(h5::read_attr_int(level, "tail_first").value_or(first_row_));
+    const h5::Dataset table = h5::open_dataset(level, "chunks");
+    const auto dims = h5::dataset_dims(table, where + ":/" + level_group(i) + "/chunks");
     std::vector<std::int64_t> values(dims.at(0) * 3);
     if (!values.empty()) {
-      h5::read_rows(table.get(), H5T_NATIVE_INT64, 0, dims[0], values.data(), where);
+      h5::read_rows(table, h5::native<std::int64_t>(), 0, dims[0], values.data(), where);
     }
     for (std::size_t k = 0; k < dims[0]; ++k) {
       chunks_->add(i, values[3 * k], std::uint64_t(values[3 * k + 1]), std::uint64_t(values[3 * k + 2]));
@@ -222,8 +222,8 @@ RowBatch CommittedRows::read_rows(std::int64_t start, std::int64_t count) const 
           throw InputError(where + ": row " + std::to_string(row) + " of level " + levels_[i].name +
                            " is in neither a recorded chunk nor the record; rerun with --overwrite");
         }
-        h5::Handle tail = h5::open_dataset(reader_.file(), level_group(i) + "/tail");
-        h5::read_rows(tail.get(), H5T_NATIVE_UINT8, hsize_t(row - tail_first_[i]) * row_bytes,
+        const h5::Dataset tail = h5::open_dataset(reader_.file(), level_group(i) + "/tail");
+        h5::read_rows(tail, h5::native<std::uint8_t>(), hsize_t(row - tail_first_[i]) * row_bytes,
                       hsize_t(take) * row_bytes, dest, where);
       }
       dest += std::size_t(take) * row_bytes;
@@ -235,8 +235,8 @@ RowBatch CommittedRows::read_rows(std::int64_t start, std::int64_t count) const 
       for (auto d : levels_[i].scale_shape()) scale_shape.push_back(d);
       at::Tensor scales = at::empty(scale_shape, at::kFloat);
       if (count > 0) {
-        h5::Handle ds = h5::open_dataset(reader_.file(), level_group(i) + "/scales");
-        h5::read_rows(ds.get(), H5T_NATIVE_FLOAT, hsize_t(start), hsize_t(count), scales.data_ptr(), where);
+        const h5::Dataset ds = h5::open_dataset(reader_.file(), level_group(i) + "/scales");
+        h5::read_rows(ds, h5::native<float>(), hsize_t(start), hsize_t(count), scales.data_ptr(), where);
       }
       batch.scales.push_back(std::move(scales));
     }

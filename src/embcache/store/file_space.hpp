@@ -1,8 +1,8 @@
 // Disk space reserved ahead of buffered writes. On ext4, each page written into a file's new
 // space goes through delayed allocation (a reservation, quota and extent-tree updates per
-// block), which was a third of the writing thread's CPU time in precompute. Space reserved
-// beforehand with fallocate is already mapped, so those writes skip that work (measured on
-// the 2-core build VM, light benchmark: write-stage CPU 0.26 -> 0.18 s per GB of features).
+// block), a large share of the writing thread's CPU time in precompute. Space reserved
+// beforehand with fallocate is already mapped, so those writes skip that work
+// (docs/performance.md, "The output side").
 #pragma once
 
 #include <cstdint>

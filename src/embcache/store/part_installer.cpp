@@ -14,6 +14,7 @@
 
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
 #include "embcache/core/file_lock.hpp"
 #include "embcache/core/shard_spec.hpp"
 #include "embcache/store/cache_file_writer.hpp"
@@ -71,7 +72,7 @@ std::vector<std::uint64_t> key_hashes_of(const CacheIndex& index) {
 CachePart part_entry(const CacheFileReader& file, const std::string& relative, const std::string& absolute) {
   const nlohmann::json computed = file.signature().value("computed_with", nlohmann::json());
   const std::string shard = computed.is_object() ? computed.value("shard", std::string("0/1")) : "0/1";
-  return {relative, file.rows(), std::int64_t(fs::file_size(absolute)), file.content_id().value_or(new_content_id()),
+  return {relative, file.rows(), file_bytes(absolute, "cache part"), file.content_id().value_or(new_content_id()),
           shard, file.complete().value_or(true), computed, key_hashes_of(file.read_index())};
 }
 
@@ -105,7 +106,7 @@ CacheView current_parts(const CacheReader& cache, const std::string& cache_path)
     const std::string id = whole.content_id().value_or(new_content_id());
     const std::string relative = fs::path(parts_dir_of(cache_path)).filename().string() + "/" + id + ".h5";
     const std::string linked = dir + "/" + relative;
-    fs::create_directories(parts_dir_of(cache_path));
+    make_directories(parts_dir_of(cache_path), "cache parts folder");
     link_or_copy(cache_path, linked);
     view.parts.push_back(part_entry(whole, relative, linked));
     view.segments.push_back({0, 0, whole.rows()});
@@ -272,7 +273,7 @@ InstallStats install_part(const std::string& cache_path, const std::string& part
   }
   CacheView view = current_parts(cache, cache_path);
   stats.hidden_rows = hide_keys(view, keys);
-  fs::create_directories(parts_dir_of(cache_path));
+  make_directories(parts_dir_of(cache_path), "cache parts folder");
   if (fsync) sync_path(part_file);
   link_or_copy(part_file, dir + "/" + relative);
   view.parts.push_back(entry);
@@ -345,7 +346,7 @@ CompactStats compact_cache(const std::string& cache_path, bool fsync) {
     const CacheReader cache(cache_path);
     stats.rows = cache.rows();
     if (!cache.is_view()) {
-      stats.bytes = std::int64_t(fs::file_size(cache_path));
+      stats.bytes = file_bytes(cache_path, "cache");
       stats.seconds = now_seconds() - started;
       return stats;
     }
@@ -354,7 +355,7 @@ CompactStats compact_cache(const std::string& cache_path, bool fsync) {
   }
   std::error_code ec;
   fs::remove_all(parts_dir_of(cache_path), ec);
-  stats.bytes = std::int64_t(fs::file_size(cache_path));
+  stats.bytes = file_bytes(cache_path, "cache");
   stats.seconds = now_seconds() - started;
   return stats;
 }

@@ -14,30 +14,22 @@ constexpr unsigned kBloscZstd = 5;
 
 void require_filter(H5Z_filter_t id, const std::string& name, const std::string& package) {
   if (!h5::filter_available(id)) {
-    throw UsageError("--compression " + name + ": the HDF5 filter plugin is not installed; "
+    throw UsageError(OptionName{"compression"}, "the HDF5 filter plugin for " + name + " is not installed; "
                      "install the Debian package " + package + " or use gzip/none");
   }
 }
 
 }  // namespace
 
-StorageDtype parse_storage_dtype(const std::string& text) {
-  if (text == "float32") return StorageDtype::kFloat32;
-  if (text == "float16") return StorageDtype::kFloat16;
-  if (text == "bfloat16") return StorageDtype::kBFloat16;
-  if (text == "int8") return StorageDtype::kInt8;
-  throw UsageError(OptionName{"dtype"}, "expected float32, float16, bfloat16 or int8, got \"" + text + "\"");
+const EnumTable<StorageDtype>& storage_dtypes() {
+  static const EnumTable<StorageDtype> table{{StorageDtype::kFloat32, "float32"},
+                                             {StorageDtype::kFloat16, "float16"},
+                                             {StorageDtype::kBFloat16, "bfloat16"},
+                                             {StorageDtype::kInt8, "int8"}};
+  return table;
 }
 
-std::string to_string(StorageDtype dtype) {
-  switch (dtype) {
-    case StorageDtype::kFloat32: return "float32";
-    case StorageDtype::kFloat16: return "float16";
-    case StorageDtype::kBFloat16: return "bfloat16";
-    case StorageDtype::kInt8: return "int8";
-  }
-  return "?";
-}
+std::string to_string(StorageDtype dtype) { return storage_dtypes().name(dtype); }
 
 at::ScalarType torch_type(StorageDtype dtype) {
   switch (dtype) {
@@ -48,12 +40,12 @@ at::ScalarType torch_type(StorageDtype dtype) {
   }
 }
 
-h5::Handle hdf5_type(StorageDtype dtype) {
+h5::Datatype hdf5_type(StorageDtype dtype) {
   switch (dtype) {
     case StorageDtype::kFloat16: return h5::float16_type();
     case StorageDtype::kBFloat16: return h5::bfloat16_type();
-    case StorageDtype::kInt8: return h5::copy_type(H5T_STD_I8LE);
-    default: return h5::copy_type(H5T_IEEE_F32LE);
+    case StorageDtype::kInt8: return h5::copy_type(h5::little_endian<std::int8_t>());
+    default: return h5::copy_type(h5::little_endian<float>());
   }
 }
 
@@ -118,21 +110,21 @@ h5::PropertyList feature_create_plist(const std::vector<hsize_t>& chunk, const S
   switch (options.compression.kind) {
     case Compression::Kind::kNone: break;
     case Compression::Kind::kGzip:
-      h5::add_shuffle(dcpl.get());
-      h5::add_deflate(dcpl.get(), unsigned(options.compression.level));
+      h5::add_shuffle(dcpl);
+      h5::add_deflate(dcpl, unsigned(options.compression.level));
       break;
     case Compression::Kind::kLz4:
       require_filter(kLz4Filter, "lz4", "hdf5-filter-plugin");
-      h5::add_filter(dcpl.get(), kLz4Filter, {}, "lz4");
+      h5::add_filter(dcpl, kLz4Filter, {}, "lz4");
       break;
     case Compression::Kind::kBloscZstd: {
       require_filter(kBloscFilter, "blosc-zstd", "hdf5-filter-plugin-blosc-serial");
       // cd_values 0-3 are filled in by the filter; then level, shuffle (1 = byte), compressor.
-      h5::add_filter(dcpl.get(), kBloscFilter, {0, 0, 0, 0, 1, 1, kBloscZstd}, "blosc");
+      h5::add_filter(dcpl, kBloscFilter, {0, 0, 0, 0, 1, 1, kBloscZstd}, "blosc");
       break;
     }
   }
-  if (options.checksum) h5::add_fletcher32(dcpl.get());
+  if (options.checksum) h5::add_fletcher32(dcpl);
   return dcpl;
 }
 

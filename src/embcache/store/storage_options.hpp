@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "embcache/core/enum_table.hpp"
 #include "embcache/h5/h5.hpp"
 
 namespace embcache {
@@ -14,10 +15,10 @@ namespace embcache {
 // kInt8: symmetric quantisation with float32 scales beside the levels (docs/cache-format.md).
 enum class StorageDtype { kFloat32, kFloat16, kBFloat16, kInt8 };
 
-StorageDtype parse_storage_dtype(const std::string& text);  // UsageError on unknown names
-std::string to_string(StorageDtype dtype);
+const EnumTable<StorageDtype>& storage_dtypes();  // --dtype
+std::string to_string(StorageDtype dtype);  // storage_dtypes()'s name
 at::ScalarType torch_type(StorageDtype dtype);
-h5::Handle hdf5_type(StorageDtype dtype);  // also the memory type: HDF5 never converts features
+h5::Datatype hdf5_type(StorageDtype dtype);  // also the memory type: HDF5 never converts features
 std::size_t element_size(StorageDtype dtype);
 
 struct Compression {

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run inside a Debian 13 root (scripts/debian_root.sh trixie --cuda does): installs contrib's CUDA
+# Run inside a Debian 13 root (scripts/env/debian_root.sh trixie --cuda does): installs contrib's CUDA
 # LibTorch with a stand-in for cuDNN.
 #
 # Why: libtorch-cuda-2.6 depends on nvidia-cudnn, which is not cuDNN but a script that downloads it
@@ -18,7 +18,7 @@ find lib -name '*.so*' -type f -exec nm -D --undefined-only {} + 2>/dev/null |
   awk '$NF ~ /^cudnn[A-Za-z0-9_]*(@.*)?$/ {sub(/@.*/, "", $NF); print $NF}' | sort -u >symbols
 [[ -s symbols ]] || { echo "cudnn_stand_in.sh: LibTorch imports no cuDNN symbol; nothing to stand in for" >&2; exit 1; }
 {
-  echo '/* Stand-in cuDNN (scripts/cudnn_stand_in.sh): every call fails. */'
+  echo '/* Stand-in cuDNN (scripts/env/cudnn_stand_in.sh): every call fails. */'
   echo 'const char* cudnnGetErrorString(int status) { (void)status; return "cuDNN stand-in: not cuDNN (embcache build check)"; }'
   grep -vx cudnnGetErrorString symbols | sed 's/.*/int &(void) { return 1; }/'
 } >cudnn_stand_in.c
@@ -35,7 +35,7 @@ Architecture: amd64
 Maintainer: embcache <embcache@localhost>
 Provides: libcudnn.so, libcudnn.so.9, libcudnn-dev
 Description: stand-in for cuDNN 9 whose every function fails ($(wc -l <symbols) functions)
- Made by embcache's scripts/cudnn_stand_in.sh to check the CUDA build where no GPU is.
+ Made by embcache's scripts/env/cudnn_stand_in.sh to check the CUDA build where no GPU is.
 CONTROL
 dpkg-deb --build --root-owner-group pkg nvidia-cudnn-stand-in.deb >/dev/null
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \

@@ -83,9 +83,9 @@ TEST_CASE("stored float16 and bfloat16 are bit-identical to torch's conversion")
     REQUIRE(at::equal(back.levels[0].view(bits), expected.view(bits)));
     REQUIRE(at::equal(back.label_class, at::arange(n, at::kLong)));
     // The file type is the 16-bit float h5py understands (float16) or the bfloat16 layout.
-    h5::Handle ds = h5::open_dataset(reader.file(), "levels/feat");
-    h5::Handle type = h5::dataset_type(ds.get(), path);
-    REQUIRE(h5::describe_type(type.get()) == to_string(dtype));
+    const h5::Dataset ds = h5::open_dataset(reader.file(), "levels/feat");
+    const h5::Datatype type = h5::dataset_type(ds, path);
+    REQUIRE(h5::describe_type(type) == to_string(dtype));
   }
 }
 
@@ -166,8 +166,8 @@ TEST_CASE("a batch is written chunk by chunk, with other HDF5 work between chunk
   testing::TempDir dir;
   const std::string path = dir.file("c.h5"), other = dir.file("other.h5");
   {
-    h5::Handle f = h5::create_file(other);  // something else to read between chunks
-    h5::write_attr(f.get(), "x", std::int64_t(7));
+    const h5::File f = h5::create_file(other);  // something else to read between chunks
+    h5::write_attr(f, "x", std::int64_t(7));
   }
   LabelKinds labels;
   labels.has_class = true;
@@ -178,8 +178,8 @@ TEST_CASE("a batch is written chunk by chunk, with other HDF5 work between chunk
   std::int64_t calls = 0, attr = 0;
   auto between = [&] {
     ++calls;
-    h5::Handle o = h5::open_file(other, false);
-    attr = h5::read_attr_int(o.get(), "x").value_or(-1);
+    const h5::File o = h5::open_file(other, false);
+    attr = h5::read_attr_int(o, "x").value_or(-1);
   };
   {
     CacheFileWriter writer(path, test_signature(StorageDtype::kFloat32), {level}, labels, StorageOptions{});
@@ -362,86 +362,7 @@ TEST_CASE("compression options parse, and unknown ones are usage errors") {
   REQUIRE(Compression::parse("lz4").to_string() == "lz4");
   REQUIRE_THROWS_AS(Compression::parse("zip"), UsageError);
   REQUIRE_THROWS_AS(Compression::parse("gzip:12"), UsageError);
-  REQUIRE_THROWS_AS(parse_storage_dtype("float64"), UsageError);
-}
-
-TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason" * doctest::test_suite("h5")) {
-  testing::TempDir dir;
-  try {
-    h5::open_file(dir.file("missing.h5"), false);
-    FAIL("expected an error");
-  } catch (const IoError& e) {
-    const std::string message = e.what();
-    REQUIRE(message.find("missing.h5") != std::string::npos);
-    REQUIRE(message.find("HDF5:") != std::string::npos);
-  }
-  h5::Handle file = h5::create_file(dir.file("x.h5"));
-  REQUIRE_FALSE(h5::exists(file.get(), "a/b"));
-  REQUIRE_THROWS_AS(h5::open_dataset(file.get(), "nope"), IoError);
-  std::ofstream(dir.file("text.h5")) << "not hdf5";
-  REQUIRE_FALSE(h5::is_hdf5(dir.file("text.h5")));
-  REQUIRE_THROWS_AS(CacheFileReader(dir.file("text.h5")), InputError);
-  // An HDF5 file that is not a cache.
-  REQUIRE_THROWS_AS(CacheFileReader(dir.file("x.h5")), InputError);
-}
-
-TEST_CASE("a dataset read row by row caches every compressed chunk one row touches, within the cap; "
-          "uncompressed chunks of whole rows are read without a cache" * doctest::test_suite("dataset")) {
-  testing::TempDir dir;
-  h5::Handle file = h5::create_file(dir.file("rows.h5"));
-  // [32, 4, 256, 256] uint8 in 1 MiB chunks of 16 rows x 4 x 128 x 128: a row touches 4 chunks.
-  const std::vector<hsize_t> dims = {32, 4, 256, 256};
-  const auto make = [&](const char* name, std::vector<hsize_t> chunk, bool deflate = true) {
-    h5::Handle space(H5Screate_simple(4, dims.data(), nullptr), H5Sclose);
-    h5::Handle dcpl(H5Pcreate(H5P_DATASET_CREATE), H5Pclose);
-    if (!chunk.empty()) {
-      H5Pset_chunk(dcpl.get(), 4, chunk.data());
-      if (deflate) H5Pset_deflate(dcpl.get(), 1);
-    }
-    h5::Handle ds(H5Dcreate2(file.get(), name, H5T_NATIVE_UINT8, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                  H5Dclose);
-    const at::Tensor values = at::arange(32 * 4 * 256 * 256, at::kLong).remainder(251).to(at::kByte);
-    REQUIRE(H5Dwrite(ds.get(), H5T_NATIVE_UINT8, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data_ptr()) >= 0);
-  };
-  make("shared", {16, 4, 128, 128});
-  make("one_row", {1, 4, 128, 128});
-  make("contiguous", {});
-  make("plain_rows", {16, 4, 256, 256}, false);
-  make("plain_tiles", {16, 4, 128, 128}, false);
-  const auto cache_bytes = [](hid_t ds) { return h5::chunk_cache_bytes(ds, "test"); };
-  constexpr std::int64_t MiB = 1 << 20;
-  // HDF5's default: 1 MiB before HDF5 2 (which would decompress each chunk of "shared" 16 times),
-  // 8 MiB from it.
-  const std::int64_t library_default = cache_bytes(h5::open_dataset(file.get(), "contiguous").get());
-  CHECK((library_default == MiB || library_default == 8 * MiB));
-  std::int64_t needed = -1;
-  h5::Handle shared = h5::open_dataset_for_rows(file.get(), "shared", 256 * MiB, &needed);
-  CHECK(needed == 4 * MiB);
-  CHECK(cache_bytes(shared.get()) >= 4 * MiB);
-  std::vector<std::uint8_t> row(4 * 256 * 256);
-  h5::read_rows(shared.get(), H5T_NATIVE_UINT8, 17, 1, row.data(), "shared");
-  CHECK(int(row[5]) == int((17 * 4 * 256 * 256 + 5) % 251));
-  shared.reset();  // an open dataset keeps the chunk cache it was first opened with
-  shared = h5::open_dataset_for_rows(file.get(), "shared", 2 * MiB, &needed);
-  // Capped, but never below the default that HDF5 would give it anyway.
-  CHECK(cache_bytes(shared.get()) == std::max(2 * MiB, library_default));
-  h5::Handle one_row = h5::open_dataset_for_rows(file.get(), "one_row", 256 * MiB, &needed);
-  CHECK(needed == 0);
-  CHECK(cache_bytes(one_row.get()) == library_default);
-  h5::Handle contiguous = h5::open_dataset_for_rows(file.get(), "contiguous", 256 * MiB, &needed);
-  CHECK(needed == 0);
-  // Uncompressed chunks of whole rows: HDF5 reads the rows straight into the caller's buffer.
-  h5::Handle plain_rows = h5::open_dataset_for_rows(file.get(), "plain_rows", 256 * MiB, &needed);
-  CHECK(needed == 4 * MiB);
-  CHECK(cache_bytes(plain_rows.get()) == 0);
-  // Rows 10-21 span two chunks.
-  const at::Tensor block = at::empty({12, 4, 256, 256}, at::kByte);
-  h5::read_rows(plain_rows.get(), H5T_NATIVE_UINT8, 10, 12, block.data_ptr(), "plain_rows");
-  const at::Tensor expected = at::arange(10 * 4 * 256 * 256, 22 * 4 * 256 * 256, at::kLong).remainder(251).to(at::kByte);
-  CHECK(at::equal(block.flatten(), expected));
-  // Uncompressed chunks of parts of rows keep the cache: a row is read from four chunks.
-  h5::Handle plain_tiles = h5::open_dataset_for_rows(file.get(), "plain_tiles", 256 * MiB, &needed);
-  CHECK(cache_bytes(plain_tiles.get()) >= 4 * MiB);
+  REQUIRE_THROWS_AS(storage_dtypes().parse("float64", {"dtype"}), UsageError);
 }
 
 TEST_CASE("a flipped byte in a stored chunk is detected by its checksum") {
@@ -485,6 +406,14 @@ TEST_CASE("signature differences name deciding fields only") {
   b["preprocessing"]["mean"] = {0.5};
   b["bands"] = {2, 1, 0};           // present in one only
   REQUIRE(signature_differences(a, b) == std::vector<std::string>{"bands", "dtype", "preprocessing"});
+}
+
+TEST_CASE("the cache reader refuses a file that is not HDF5, and an HDF5 file that is not a cache") {
+  testing::TempDir dir;
+  std::ofstream(dir.file("text.h5")) << "not hdf5";
+  REQUIRE_THROWS_AS(CacheFileReader(dir.file("text.h5")), InputError);
+  { const h5::File file = h5::create_file(dir.file("x.h5")); }
+  REQUIRE_THROWS_AS(CacheFileReader(dir.file("x.h5")), InputError);
 }
 
 TEST_SUITE_END();

@@ -2,7 +2,7 @@
 # Runs a command in a Debian root that mmdebstrap makes with setup.sh's packages for that release,
 # with this checkout mounted at /embcache. The root is kept and reused while its package list (and
 # this script) is unchanged on this machine; a changed list makes a new root and removes the old.
-# Usage: scripts/debian_root.sh SUITE [--cuda] -- COMMAND...
+# Usage: scripts/env/debian_root.sh SUITE [--cuda] -- COMMAND...
 #   SUITE   trixie (Debian 13), bookworm (Debian 12) or forky (Debian testing, the future 14:
 #           LibTorch 2.14, HDF5 2.2, GCC 16; not a CI leg, see docs/install.md)
 #   --cuda  the root gets setup.sh --cuda's packages (contrib's CUDA LibTorch) instead
@@ -11,13 +11,13 @@
 # Needs root, mmdebstrap (installed when missing) and unshare: the mounts live in a private mount
 # namespace, so they go when the command ends, however it ends.
 set -euo pipefail
-cd "$(dirname "$0")/.."
-suite=${1:?usage: scripts/debian_root.sh SUITE [--cuda] -- COMMAND...}
+cd "$(dirname "$0")/../.."
+suite=${1:?usage: scripts/env/debian_root.sh SUITE [--cuda] -- COMMAND...}
 shift
 flags=()
 [[ ${1:-} == --cuda ]] && { flags+=(--cuda); shift; }
 [[ ${1:-} == -- ]] && shift
-(($#)) || { echo "debian_root.sh: no command (scripts/debian_root.sh SUITE -- COMMAND...)" >&2; exit 2; }
+(($#)) || { echo "debian_root.sh: no command (scripts/env/debian_root.sh SUITE -- COMMAND...)" >&2; exit 2; }
 [[ $(id -u) -eq 0 ]] || { echo "debian_root.sh: needs root (mmdebstrap, mount, chroot)" >&2; exit 2; }
 case $suite in
   bookworm) release=12 ;;
@@ -32,7 +32,7 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends mmdebstrap >/dev/null
   }
   packages=$(EMBCACHE_DEBIAN_RELEASE=$release scripts/setup.sh "${flags[@]}" --print-packages)
-  key=$( (echo "$suite ${flags[*]}"; echo "$packages"; cat scripts/debian_root.sh scripts/cudnn_stand_in.sh) |
+  key=$( (echo "$suite ${flags[*]}"; echo "$packages"; cat scripts/env/debian_root.sh scripts/env/cudnn_stand_in.sh) |
     sha256sum | cut -c1-12)
   roots=${EMBCACHE_ROOTS:-/var/cache/embcache-roots}
   name=$suite${flags:+-cuda}
@@ -56,13 +56,13 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     opts=()
     if ((${#flags[@]})); then
       # The CUDA LibTorch goes in after the rest, with a stand-in for cuDNN: its Debian package
-      # downloads cuDNN from NVIDIA, which these machines cannot reach (scripts/cudnn_stand_in.sh).
+      # downloads cuDNN from NVIDIA, which a machine without internet access cannot reach (scripts/env/cudnn_stand_in.sh).
       packages=$(grep -vx -e libtorch-cuda-dev -e python3-torch-cuda <<<"$packages")
-      opts=(--customize-hook="copy-in scripts/cudnn_stand_in.sh /tmp"
+      opts=(--customize-hook="copy-in scripts/env/cudnn_stand_in.sh /tmp"
         --customize-hook='chroot "$1" bash /tmp/cudnn_stand_in.sh')
     fi
     # Testing's Release file expires a week after it is signed, so a mirror that is a snapshot
-    # (as these machines' is) would be refused; its signature is still checked.
+    # would be refused; its signature is still checked.
     [[ $suite == forky ]] && opts+=(--aptopt='Acquire::Check-Valid-Until "false"')
     # shellcheck disable=SC2086 # the package list is one name per line
     mmdebstrap --quiet --variant=apt --include="ca-certificates,$(echo $packages | tr ' ' ',')" "${opts[@]}" \
@@ -72,7 +72,7 @@ if [[ -z ${EMBCACHE_ROOT_NS:-} ]]; then
     echo "debian_root.sh: $root made in $((SECONDS - start)) s ($(du -sh "$root" | cut -f1))"
   fi
   flock -s 9
-  exec unshare --mount --propagation private env EMBCACHE_ROOT_NS="$root" "$PWD/scripts/debian_root.sh" "$suite" "${flags[@]}" -- "$@"
+  exec unshare --mount --propagation private env EMBCACHE_ROOT_NS="$root" "$PWD/scripts/env/debian_root.sh" "$suite" "${flags[@]}" -- "$@"
 fi
 
 root=$EMBCACHE_ROOT_NS

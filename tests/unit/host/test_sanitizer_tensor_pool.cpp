@@ -12,7 +12,7 @@
 
 using namespace embcache;
 
-TEST_SUITE_BEGIN("core");
+TEST_SUITE_BEGIN("host");
 
 #if defined(__SANITIZE_ADDRESS__)
 

@@ -98,33 +98,6 @@ TEST_CASE("learning-rate schedules: warm-up, cosine, step") {
   CHECK(schedule_factor(Schedule::kStep, 9, 10, 0) == doctest::Approx(0.01));
 }
 
-TEST_CASE("byte sizes parse with binary units and reject nonsense" * doctest::test_suite("core")) {
-  CHECK(parse_bytes("512M", {"x"}) == 512ll << 20);
-  CHECK(parse_bytes("1.5GiB", {"x"}) == 3ll << 29);
-  CHECK(parse_bytes("4096", {"x"}) == 4096);
-  CHECK_THROWS_AS(parse_bytes("lots", {"host-memory-budget"}), UsageError);
-  CHECK_THROWS_AS(parse_bytes("-1G", {"host-memory-budget"}), UsageError);
-}
-
-TEST_CASE("durations for progress lines read as seconds, minutes or hours" * doctest::test_suite("core")) {
-  CHECK(format_duration(0) == "0s");
-  CHECK(format_duration(42.4) == "42s");
-  CHECK(format_duration(725) == "12m05s");
-  CHECK(format_duration(10980) == "3h03m");
-  CHECK(format_duration(-3) == "0s");
-}
-
-TEST_CASE("crop sizes parse as S or WxH and name the expected form otherwise" * doctest::test_suite("core")) {
-  CHECK(parse_size("64", {"crop-size"}) == std::pair<std::int64_t, std::int64_t>(64, 64));
-  CHECK(parse_size("64x32", {"crop-size"}) == std::pair<std::int64_t, std::int64_t>(64, 32));
-  for (const char* bad : {"64x", "x32", "10x20x3", "big"}) {
-    CHECK_THROWS_WITH_AS(parse_size(bad, {"crop-size"}),
-                         ("--crop-size: expected S or WxH (64 or 64x32), got \"" + std::string(bad) + "\"").c_str(),
-                         UsageError);
-  }
-  CHECK_THROWS_WITH_AS(parse_size("0x8", {"crop-size"}), "--crop-size: sizes must be positive, got \"0x8\"", UsageError);
-}
-
 TEST_CASE("bank optimizers: one AdamW and one SGD step by hand; inactive members do not move") {
   // Three members of two elements, gradient 0.5 everywhere; member 1 is inactive. float32 on the
   // CPU takes the fused loop; float64 the tensor expressions used on the GPU: both must agree.

@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Whether stacking dense heads into one module pays on this machine (issue 22, point 5).
+"""Whether stacking dense heads into one module pays on this machine (docs/performance.md).
 
 The conv head of train-probe (3x3 conv, GroupNorm, ReLU, twice, then a 1x1 conv and bilinear
 upsampling to the mask) on the demo segmentation shapes (32x7x7 features, width 128, 10 classes,
@@ -8,7 +8,7 @@ upsampling to the mask) on the demo segmentation shapes (32x7x7 features, width 
   grouped3  3 heads as one module: the first conv over the shared input with 3 x 128 outputs,
             the later convs grouped (groups=3), GroupNorm over 3 x 8 groups
   in turn   3 lone heads, each stepping on every batch one after another
-Usage: scripts/bench_grouped_heads.py [THREADS]   (prints one line)
+Usage: scripts/peers/bench_grouped_heads.py [THREADS]   (prints one line)
 """
 import sys
 import time

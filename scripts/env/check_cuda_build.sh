@@ -4,11 +4,11 @@
 # compiles, links libtorch_cuda (so that CUDA registers at start-up), reports its CUDA in
 # --version, and passes the whole suite on the CPU. Tests that need a GPU check for one.
 # The root (~10 GB) is kept under EMBCACHE_ROOTS and reused while its package list is unchanged.
-# Usage: scripts/check_cuda_build.sh [CTEST_ARGS...]   (as root; JOBS sets the parallelism)
+# Usage: scripts/env/check_cuda_build.sh [CTEST_ARGS...]   (as root; JOBS sets the parallelism)
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 start=$SECONDS
-JOBS=${JOBS:-$(nproc)} BUILD_DIR=build-cuda scripts/debian_root.sh trixie --cuda -- bash -c '
+JOBS=${JOBS:-$(nproc)} BUILD_DIR=build-cuda scripts/env/debian_root.sh trixie --cuda -- bash -c '
   set -euo pipefail
   scripts/setup.sh --cuda
   bin=build-cuda/apps/embcache/embcache

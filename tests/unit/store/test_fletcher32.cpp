@@ -42,24 +42,22 @@ std::uint32_t reference_fletcher32(const std::uint8_t* data, std::size_t size) {
 
 TEST_CASE("fletcher32 equals the checksum HDF5 itself stores with each chunk") {
   testing::TempDir dir;
-  h5::Handle file = h5::create_file(dir.file("f.h5"));
-  const hsize_t dims[2] = {64, 1000}, chunk[2] = {16, 1000};
-  h5::Handle space(H5Screate_simple(2, dims, nullptr), H5Sclose);
+  const h5::File file = h5::create_file(dir.file("f.h5"));
+  const std::vector<hsize_t> dims = {64, 1000}, chunk = {16, 1000};
+  const h5::Dataspace space = h5::simple_space(dims, {}, "x");
   StorageOptions options;
-  h5::Handle dcpl = feature_create_plist({chunk[0], chunk[1]}, options);
-  h5::Handle ds(H5Dcreate2(file.get(), "x", H5T_IEEE_F32LE, space.get(), H5P_DEFAULT, dcpl.get(), H5P_DEFAULT),
-                H5Dclose);
+  const h5::PropertyList dcpl = feature_create_plist(chunk, options);
+  const h5::Dataset ds = h5::create_dataset(file, "x", h5::little_endian<float>(), space, dcpl, "x");
   const at::Tensor values = at::randn({64, 1000});
   values[3][7] = 65535.0f;  // patterns whose sums hit the 0 / 65535 folding edge somewhere
-  h5::write_rows(ds.get(), H5T_NATIVE_FLOAT, 0, 64, values.data_ptr(), "x");
-  H5Fflush(file.get(), H5F_SCOPE_LOCAL);
+  h5::write_rows(ds, h5::native<float>(), 0, 64, values.data_ptr(), "x");
+  h5::flush(file, "f.h5");
   for (hsize_t c = 0; c < 4; ++c) {
-    const hsize_t offset[2] = {c * 16, 0};
-    hsize_t stored = 0;
-    REQUIRE(H5Dget_chunk_storage_size(ds.get(), offset, &stored) >= 0);
+    const std::vector<hsize_t> offset = {c * 16, 0};
+    const hsize_t stored = h5::chunk_location(ds, offset, "x").size;
     REQUIRE(stored == 16 * 1000 * 4 + 4);
     std::vector<std::uint8_t> raw(stored);
-    REQUIRE(h5::read_plain_chunk(ds.get(), {offset[0], offset[1]}, raw.data(), raw.size()));
+    REQUIRE(h5::read_plain_chunk(ds, offset, raw.data(), raw.size()));
     const std::uint32_t hdf5 = std::uint32_t(raw[stored - 4]) | (std::uint32_t(raw[stored - 3]) << 8) |
                                (std::uint32_t(raw[stored - 2]) << 16) | (std::uint32_t(raw[stored - 1]) << 24);
     REQUIRE(fletcher32(raw.data(), stored - 4) == hdf5);

@@ -5,9 +5,9 @@
 # in DIR/lib the runtime libraries of HDF5 (with everything they load but glibc).
 # scripts/check_gpu_node.sh builds with it; by hand, see docs/install.md ("Debian packages unpacked
 # into a prefix"). Files only, no symbolic links: the prefix survives any copy.
-# Usage: scripts/node_prefix.sh DIR   (DIR is replaced; ~35 MB; node-prefix/ is git-ignored for it)
+# Usage: scripts/env/node_prefix.sh DIR   (DIR is replaced; ~35 MB; node-prefix/ is git-ignored for it)
 set -euo pipefail
-DIR=${1:?usage: scripts/node_prefix.sh DIR}
+DIR=${1:?usage: scripts/env/node_prefix.sh DIR}
 ARCH=$(dpkg-architecture -qDEB_HOST_MULTIARCH 2>/dev/null || echo x86_64-linux-gnu)
 HDF5=/usr/lib/$ARCH/libhdf5_serial.so.103
 for f in /usr/include/hdf5/serial/hdf5.h /usr/include/CLI/CLI.hpp /usr/include/nlohmann/json.hpp \

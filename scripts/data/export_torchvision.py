@@ -14,8 +14,8 @@ models) the measured seconds per batch of 64.
 Rows: by default each model gets the rows that its encoder takes about S seconds over (default
 10) at T threads on this machine, timed here on a few batches of 64 of the module as precompute
 runs it out of the box (as loaded, with no TorchScript fusion on the CPU; --optimize: frozen and
-optimised for inference, as precompute --optimize runs it). The issue's runs are 10-30 s; a
-count fixed for one machine was half that on the next one. --rows sets a model's count instead
+optimised for inference, as precompute --optimize runs it). Runs of 10-30 s measure the
+encoder's steady state; a count fixed for one machine would run half as long on the next one. --rows sets a model's count instead
 (multiples of 64).
 """
 import argparse
@@ -79,7 +79,7 @@ def models():
     convnext = tv.convnext_tiny(weights=None).features
     vit = tv.vit_b_16(weights=None, image_size=96)
     return {
-        # The issue's taps: after blocks 3, 6, 13 and 18 of `features` (0-based indices 3, 6, 13, 18).
+        # The taps: after blocks 3, 6, 13 and 18 of `features` (0-based indices 3, 6, 13, 18).
         "mobilenet_v2": (Taps(nn.Identity(), list(mobilenet), {3, 6, 13, 18}), 96),
         "resnet50": (Taps(nn.Sequential(resnet.conv1, resnet.bn1, resnet.relu, resnet.maxpool),
                           [resnet.layer1, resnet.layer2, resnet.layer3, resnet.layer4], {0, 1, 2, 3}), 112),
@@ -181,9 +181,8 @@ def main():
             continue
         calibrate_batch_norms(module, size)
         # Traced in eval mode: torchvision builds models in training mode, and a trace keeps what
-        # ran. ConvNeXt-T traced that way kept its stochastic depth (a random mask per crop on
-        # every call), which made its features differ from run to run (docs/performance-log.md,
-        # "ConvNeXt-T's randomness was the export's").
+        # ran: ConvNeXt-T traced that way keeps its stochastic depth (a random mask per crop on
+        # every call), so its features would differ from run to run.
         module.eval()
         example = torch.zeros(2, 3, size, size)
         with torch.no_grad():

@@ -13,7 +13,9 @@
 
 using namespace embcache;
 
-TEST_CASE("one OpenMP runtime serves LibTorch and embcache" * doctest::test_suite("pipeline")) {
+TEST_SUITE_BEGIN("host");
+
+TEST_CASE("one OpenMP runtime serves LibTorch and embcache") {
   // Run both: an ATen parallel loop and embcache's own team.
   at::set_num_threads(2);
   std::atomic<int> chunks{0};
@@ -28,7 +30,7 @@ TEST_CASE("one OpenMP runtime serves LibTorch and embcache" * doctest::test_suit
   REQUIRE(chunks.load() >= 1);
 }
 
-TEST_CASE("use_intra_op_threads sets LibTorch's intra-op thread count" * doctest::test_suite("pipeline")) {
+TEST_CASE("use_intra_op_threads sets LibTorch's intra-op thread count") {
   const int before = at::get_num_threads();
   const int other = before == 1 ? 2 : 1;
   use_intra_op_threads(other);
@@ -38,3 +40,5 @@ TEST_CASE("use_intra_op_threads sets LibTorch's intra-op thread count" * doctest
   use_intra_op_threads(before);
   CHECK(at::get_num_threads() == before);
 }
+
+TEST_SUITE_END();

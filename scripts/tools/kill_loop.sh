@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Many SIGKILLs at random moments during precompute, then a final run that must end with a cache
-# bit-identical to an uninterrupted run. Usage: scripts/kill_loop.sh [KILLS] [SEED]
+# bit-identical to an uninterrupted run. Usage: scripts/tools/kill_loop.sh [KILLS] [SEED]
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 scripts/setup.sh >/dev/null
 BUILD=$(cd "${BUILD_DIR:-build}" && pwd)
 FIXTURES=$(mktemp -d /tmp/embcache-kill-fixtures-XXXXXX)

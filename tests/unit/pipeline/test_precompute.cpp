@@ -39,79 +39,14 @@
 #include "embcache/pipeline/precompute.hpp"
 #include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_store.hpp"
+#include "precompute_fixture.hpp"
 #include "test_support.hpp"
 
 using namespace embcache;
+using namespace embcache::testing;
 
 TEST_SUITE_BEGIN("pipeline");
 namespace fs = std::filesystem;
-
-namespace {
-
-// The tests state their runs as options, as a user does; the plan is made as the CLI makes it.
-PrecomputeSummary precompute(const PrecomputeOptions& o, const PrecomputeHooks& hooks = {}) {
-  return run_precompute(plan_precompute(o), hooks);
-}
-
-struct Setup {
-  testing::TempDir dir;
-  std::string dataset = dir.file("data.h5");
-  std::string cache = dir.file("cache.h5");
-
-  explicit Setup(std::int64_t n = 6, std::int64_t h = 20, std::int64_t w = 24) {
-    testing::ArrayDatasetSpec spec;
-    spec.images = at::randint(0, 255, {n, 3, h, w}).to(at::kByte);
-    for (std::int64_t i = 0; i < n; ++i) {
-      spec.names.push_back("win" + std::to_string(i));
-      spec.splits.push_back(i % 3 == 0 ? "val" : "train");
-    }
-    spec.labels = at::arange(n, at::kLong) % 3;
-    spec.masks = at::randint(0, 4, {n, h, w}).to(at::kInt);
-    spec.ignore_index = 255;
-    testing::write_array_dataset(dataset, spec);
-  }
-
-  PrecomputeOptions options(const std::string& encoder = "multi_scripted.pt") const {
-    return testing::small_precompute(encoder, dataset, cache);
-  }
-};
-
-std::int64_t count_calls(const PrecomputeOptions& o, PrecomputeSummary* summary = nullptr) {
-  std::int64_t calls = 0;
-  PrecomputeHooks hooks;
-  hooks.on_encoder_call = [&](std::int64_t, double) { ++calls; };
-  const PrecomputeSummary s = precompute(o, hooks);
-  if (summary) *summary = s;
-  return calls;
-}
-
-template <typename E>
-std::string error_of(const PrecomputeOptions& o) {
-  try {
-    precompute(o);
-  } catch (const E& e) {
-    return e.what();
-  }
-  FAIL("expected an error");
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
-
-// What reopening a cache's store takes, read from the cache.
-struct StoreArgs {
-  Signature signature;
-  std::vector<LevelSpec> levels;
-  LabelKinds kinds;
-  StorageOptions storage;
-  explicit StoreArgs(const CacheReader& r)
-      : signature(r.signature()), levels(r.levels()), kinds(r.label_kinds()), storage(r.storage()) {}
-  std::unique_ptr<CacheStore> open(const std::string& path) const {
-    return std::make_unique<CacheStore>(path, signature, kinds, storage, CommitPolicy{}, false);
-  }
-};
-
-}  // namespace
 
 TEST_CASE("a second run computes nothing: no encoder calls, cache unchanged") {
   Setup s;
@@ -281,36 +216,6 @@ TEST_CASE("changed pixels make a window's crops stale; they are recomputed and r
   REQUIRE(changed == 4);
 }
 
-TEST_CASE("commit records rebuild every committed row bit for bit, from recorded chunk bytes and record tails") {
-  Setup s;
-  count_calls(s.options());
-  CacheReader full(s.cache);
-  const RowBatch want = full.read_rows(0, 13);
-  const StoreArgs args(full);
-  fs::remove(s.cache);
-  {
-    auto store = args.open(s.cache);
-    store->set_levels(args.levels);
-    store->expect_rows(5);  // chunks of 5 rows, so commits fall mid-chunk
-    store->append(full.read_rows(0, 7));
-    store->commit();  // chunk 0, and rows 5-6 in the record
-    store->append(full.read_rows(7, 6));
-    store->commit();  // chunk 1, and rows 10-12 in the record
-    store->append(full.read_rows(13, 4));  // never committed
-  }  // dropped without consolidating, as a SIGKILL would
-  REQUIRE_FALSE(fs::exists(s.cache));
-  REQUIRE(fs::exists(s.cache + ".runs/all/next.h5"));
-  {
-    auto store = args.open(s.cache);
-    REQUIRE(store->recovered_rows() == 13);
-    REQUIRE(store->committed().size() == 13);
-  }
-  REQUIRE_FALSE(fs::exists(s.cache + ".runs"));
-  CacheReader recovered(s.cache);
-  REQUIRE(recovered.rows() == 13);
-  testing::require_same_rows(recovered.read_rows(0, 13), want);
-}
-
 TEST_CASE("a run that commits many times installs the file it built, copying nothing at the end") {
   Setup reference_setup;
   count_calls(reference_setup.options());
@@ -442,69 +347,6 @@ TEST_CASE("the encoder file's hash comes from the hash memo where it remembers t
   testing::replace_in_file(entries[0].string(), sha, other);
   CHECK(signed_with(memo) == other);
   CHECK(signed_with(std::nullopt) == sha);
-}
-
-TEST_CASE("a second writer is refused while the first holds the lock") {
-  Setup s;
-  count_calls(s.options());
-  CacheReader reader(s.cache);
-  CacheStore first(s.cache, reader.signature(), reader.label_kinds(), reader.storage(), CommitPolicy{}, false);
-  const std::string message = error_of<IoError>(s.options());
-  REQUIRE(contains(message, "being written by another embcache process"));
-}
-
-TEST_CASE("shards opening and closing at once never lose their folder to each other's clean-up") {
-  // A shard that ends with nothing left removes CACHE.runs when it is empty. Another shard's
-  // store creates CACHE.runs and then its own folder in it: a removal between the two once
-  // failed that shard with "cannot create ...: No such file or directory" (CI, e2e_scale).
-  Setup s;
-  count_calls(s.options());
-  const StoreArgs args{CacheReader(s.cache)};
-  const std::string fresh = s.dir.file("fresh.h5");
-  std::atomic<int> failures{0};
-  std::string first_failure;
-  std::mutex failure_mutex;
-  auto open_and_close = [&](const std::string& shard) {
-    for (int i = 0; i < 500 && failures.load() == 0; ++i) {
-      try {
-        CacheStore store(fresh, args.signature, args.kinds, args.storage, CommitPolicy{}, false, shard);
-      } catch (const std::exception& e) {
-        const std::lock_guard<std::mutex> hold(failure_mutex);
-        if (failures++ == 0) first_failure = e.what();
-      }
-    }
-  };
-  std::thread a(open_and_close, "0/2");
-  std::thread b(open_and_close, "1/2");
-  a.join();
-  b.join();
-  CHECK_MESSAGE(failures.load() == 0, first_failure);
-  CHECK_FALSE(fs::exists(fresh + ".runs"));
-}
-
-TEST_CASE("--overwrite waits for an install in progress before it removes the cache") {
-  // An install holds CACHE.h5.lock while it links a part and renames a new view over the cache.
-  // An overwrite that removed the parts meanwhile left a view naming parts that were gone.
-  Setup s;
-  count_calls(s.options());
-  const StoreArgs args{CacheReader(s.cache)};
-  std::thread overwrite;
-  std::string failure;
-  {
-    const FileLock installing(s.cache + ".lock", FileLock::Wait{"unwritable", nullptr});
-    overwrite = std::thread([&] {
-      try {
-        CacheStore store(s.cache, args.signature, args.kinds, args.storage, CommitPolicy{}, true, "0/1");
-      } catch (const std::exception& e) {
-        failure = e.what();
-      }
-    });
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
-    CHECK(fs::exists(s.cache));
-  }
-  overwrite.join();
-  CHECK_MESSAGE(failure.empty(), failure);
-  CHECK_FALSE(fs::exists(s.cache));
 }
 
 TEST_CASE("signature mismatch names the differing fields; --overwrite rebuilds") {
@@ -793,7 +635,7 @@ TEST_CASE("bad datasets and options: one clear error each") {
   REQUIRE(contains(error_of<InputError>(with_dataset(doubles)), "float64"));
 
   {
-    h5::Handle f = h5::create_file(dir.file("noimages.h5"));
+    const h5::File f = h5::create_file(dir.file("noimages.h5"));
   }
   PrecomputeOptions o = s.options();
   o.dataset = dir.file("noimages.h5");
@@ -804,7 +646,7 @@ TEST_CASE("bad datasets and options: one clear error each") {
   REQUIRE(contains(error_of<UsageError>(o), "band 3 is out of range"));
   o = s.options();
   o.mean = "1,2";
-  REQUIRE(contains(error_of<UsageError>(o), "--mean has 2 values"));
+  REQUIRE(contains(error_of<UsageError>(o), "--mean: has 2 values"));
   o = s.options();
   o.scale = std::nan("");
   REQUIRE(contains(error_of<UsageError>(o), "--scale: expected a finite, non-zero factor"));
@@ -922,8 +764,13 @@ class BusyThreads {
 TEST_CASE("the throttle helper waits for the decision, and gives up once the run is over") {
   StagePriority light(StageScheduling::kAuto);
   std::atomic<int> decided{-1};
-  std::thread waiter([&] { decided = int(light.wait_decided([] { return false; })); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::atomic<pid_t> waiter_id{0};
+  std::thread waiter([&] {
+    waiter_id = thread_id();
+    decided = int(light.wait_decided([] { return false; }));
+  });
+  while (waiter_id.load() == 0) std::this_thread::yield();
+  wait_until_asleep(waiter_id);
   CHECK(decided.load() == -1);  // undecided: still waiting
   for (int i = 0; i < 8; ++i) light.observe(1e9, 0.01);  // 100 GB/s of features: light
   waiter.join();
@@ -931,8 +778,13 @@ TEST_CASE("the throttle helper waits for the decision, and gives up once the run
 
   StagePriority undecided(StageScheduling::kAuto);
   std::atomic<bool> over{false};
-  std::thread helper([&] { decided = int(undecided.wait_decided([&] { return over.load(); })); });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  std::atomic<pid_t> helper_id{0};
+  std::thread helper([&] {
+    helper_id = thread_id();
+    decided = int(undecided.wait_decided([&] { return over.load(); }));
+  });
+  while (helper_id.load() == 0) std::this_thread::yield();
+  wait_until_asleep(helper_id);  // waiting for a decision that does not come
   over = true;
   helper.join();
   CHECK(decided.load() == 0);
@@ -988,12 +840,16 @@ TEST_CASE("a watched thread's run delay grows while it waits for a core") {
   // Negative where the kernel keeps no schedstat (CONFIG_SCHED_INFO); precompute then goes by the
   // waits alone, but the kernels we run on keep it.
   CHECK(before >= 0);
+  double after = before;
   {
     // More busy threads than cores: the watched one spends some of the time waiting for a core.
     const BusyThreads busy(std::max(2u, std::thread::hardware_concurrency()) + 1);
-    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (after <= before + 0.01 && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      after = priority.stage_run_delay();
+    }
   }
-  const double after = priority.stage_run_delay();
   stop = true;
   stage.join();
   CHECK(after > before + 0.01);
@@ -1006,12 +862,11 @@ TEST_CASE("with its one core busy, a heavy encoder's idle stages move to normal 
   o.threads = 0;  // one per usable CPU: the encoder leaves none free, so its stages start idle
   PrecomputeSummary summary;
   // On one CPU, beside a busy thread of normal priority, a SCHED_IDLE stage gets ~0.3% of it:
-  // without the move, this run took minutes. With every core of the machine busy instead, the
-  // encoder's two OpenMP threads fought three busy threads and another test for the cores; CI's
-  // 2-core machine ran its calls 15x slower than alone (23.6 s), so its 4.0 s of waits stayed
-  // under a quarter of the run, the judgement rightly kept the stages idle, and this check
-  // failed. One CPU and one intra-op thread take OpenMP out of it: the encoder gets half the core
-  // and the stages none.
+  // without the move, this run takes minutes. With every core of the machine busy instead, the
+  // encoder's OpenMP threads would fight the busy threads (and other tests) for the cores and run
+  // so slowly that its waits stay under a quarter of the run, where the judgement rightly keeps
+  // the stages idle. One CPU and one intra-op thread take OpenMP out of it: the encoder gets half
+  // the core and the stages none.
   testing::on_one_cpu([&] {
     const BusyThreads busy(1);
     summary = precompute(o);
@@ -1069,13 +924,16 @@ TEST_CASE("stage threads open no OpenMP team: ATen's parallel loops run on the s
 TEST_CASE("idle stages wait while the encoder is inside a call, and go on when it returns or the stages turn normal") {
   StagePriority priority(StageScheduling::kIdle);
   std::atomic<bool> passed{false};
+  std::atomic<pid_t> stage_id{0};
   priority.encoder_call_begins();
   std::thread stage([&] {
+    stage_id = thread_id();
     bool normal_now = false;
     priority.follow(normal_now);
     passed = true;
   });
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  while (stage_id.load() == 0) std::this_thread::yield();
+  wait_until_asleep(stage_id);  // at the gate, or gone had it not waited
   CHECK_FALSE(passed.load());
   priority.encoder_call_ends();
   stage.join();
@@ -1120,10 +978,15 @@ TEST_CASE("the I/O stage's reads wait out an encoder call that starts between tw
   const std::atomic<std::int64_t> none{0};
   IoStage io(source, raw, rows, *store, context, priority, progress, none);
   // The stage's thread runs under SCHED_IDLE: beside other tests (ctest -j) it may wait long for
-  // a core, so the waits below allow seconds.
-  std::thread stage([&] { io.run(); });
+  // a core, so the waits below allow seconds. With windows still to read and room in the queue,
+  // it sleeps only at the gate.
+  std::atomic<pid_t> stage_id{0};
+  std::thread stage([&] {
+    stage_id = thread_id();
+    io.run();
+  });
   for (int i = 0; i < 1000 && source.reads.load() < 2; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
-  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  wait_until_asleep(stage_id);
   CHECK(source.reads.load() == 2);
   priority.encoder_call_ends();
   for (int i = 0; i < 1000 && source.reads.load() < 4; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -1198,170 +1061,6 @@ TEST_CASE("the default --threads is one per CPU the process may run on (a cpuset
   // --threads given is obeyed whatever the affinity.
   o.threads = 3;
   CHECK(plan_precompute(o).threads == 3);
-}
-
-TEST_CASE("a queue wait for more items than the queue holds returns once it is full, or closed; items_ready(n) agrees" * doctest::test_suite("core")) {
-  BoundedQueue<int> queue(2);
-  std::thread producer([&] {
-    queue.push(1);
-    queue.push(2);
-  });
-  queue.wait_for_items(5);  // capped at the capacity: a producer blocked on a full queue cannot add more
-  producer.join();
-  CHECK(queue.items_ready(5));  // items_ready(n) says whether wait_for_items(n) returns at once
-  CHECK(queue.pop() == 1);
-  CHECK(queue.items_ready(1));
-  CHECK_FALSE(queue.items_ready(2));
-  queue.wait_for_space();
-  queue.close();
-  CHECK(queue.items_ready(2));
-  queue.wait_for_items(2);  // closed: returns with one item left
-  CHECK(queue.pop() == 2);
-  CHECK_FALSE(queue.pop().has_value());
-}
-
-TEST_CASE("a queue wakes each waiting consumer when what it waits for is queued: a pop at the first item, a batch at its last" * doctest::test_suite("core")) {
-  BoundedQueue<int> queue(8);
-  std::atomic<int> batch_ready{0};
-  std::atomic<bool> popped{false};
-  std::thread batch([&] {
-    queue.wait_for_items(3);
-    batch_ready = int(queue.items_ready(3));
-  });
-  std::thread single([&] {
-    popped = queue.pop().has_value();
-  });
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));  // both are waiting
-  queue.push(1);  // wakes the pop, not the batch: one item is not three
-  for (int i = 0; i < 200 && !popped; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(5));
-  CHECK(popped.load());
-  queue.push(2);
-  queue.push(3);
-  std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  CHECK(batch_ready.load() == 0);  // two queued (the first was popped)
-  queue.push(4);
-  batch.join();
-  single.join();
-  CHECK(batch_ready.load() == 1);
-  CHECK_FALSE(queue.items_ready(4));
-  queue.wait_for_items(0);  // nothing to wait for
-  queue.close();
-  CHECK_FALSE(queue.push(5));
-}
-
-TEST_CASE("the encoder allocator scope keeps large blocks in the heap, and only while it lives" * doctest::test_suite("encoder")) {
-  // glibc reports memory in mmapped blocks (hblkhd): a 64 MiB block is mmapped by default, taken
-  // from the heap inside the scope, and mmapped again once the scope has ended.
-  auto mmapped_by = [](std::size_t bytes) {
-    const std::size_t before = mallinfo2().hblkhd;
-    void* p = std::malloc(bytes);
-    REQUIRE(p != nullptr);
-    static_cast<volatile char*>(p)[0] = 1;
-    const std::size_t during = mallinfo2().hblkhd;
-    std::free(p);
-    return during - before;
-  };
-  const std::size_t block = std::size_t(64) << 20;
-  CHECK(mmapped_by(block) >= block);
-  {
-    EncoderAllocatorScope outer;
-    {
-      EncoderAllocatorScope inner;  // nested: the settings hold until the outer one ends
-    }
-    CHECK(mmapped_by(block) == 0);
-  }
-  CHECK(mmapped_by(block) >= block);
-}
-
-namespace {
-
-// The VmFlags line of the mapping that holds `p`, from /proc/self/smaps ("" when none does).
-std::string mapping_flags(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  const auto at = reinterpret_cast<std::uintptr_t>(p);
-  bool inside = false;
-  for (std::string line; std::getline(smaps, line);) {
-    unsigned long lo = 0, hi = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2) inside = lo <= at && at < hi;
-    if (inside && line.rfind("VmFlags:", 0) == 0) return line + " ";
-  }
-  return "";
-}
-
-}  // namespace
-
-TEST_CASE("the encoder allocator scope asks for huge pages for the heap, where the kernel gives them on request" *
-          doctest::test_suite("encoder")) {
-  std::ifstream modes_file("/sys/kernel/mm/transparent_hugepage/enabled");
-  std::ifstream overcommit_file("/proc/sys/vm/overcommit_memory");
-  std::string modes, overcommit;
-  std::getline(modes_file, modes);
-  std::getline(overcommit_file, overcommit);
-  // Strict overcommit would count the reservation against the commit limit: none is made there.
-  const bool asked = modes.find("[always]") != std::string::npos || modes.find("[madvise]") != std::string::npos;
-  const bool on_request = asked && overcommit != "2";
-  INFO("transparent_hugepage/enabled: " << modes << ", vm/overcommit_memory: " << overcommit);
-  for (int scope_number = 0; scope_number < 2; ++scope_number) {  // each outermost scope asks again
-    CAPTURE(scope_number);
-    const EncoderAllocatorScope scope;
-    void* p = std::malloc(std::size_t(64) << 20);  // an activation's worth, from the heap's top
-    REQUIRE(p != nullptr);
-    char* const middle = static_cast<char*>(p) + (std::size_t(32) << 20);
-    *static_cast<volatile char*>(middle) = 1;
-    const std::string flags = mapping_flags(middle);
-    std::free(p);
-    REQUIRE_FALSE(flags.empty());
-    CHECK((flags.find(" hg ") != std::string::npos) == on_request);
-  }
-}
-
-TEST_CASE("command-line flags: --no-fsync turns fsync off, and --help shows it plainly" * doctest::test_suite("cli")) {
-  const auto parse = [](std::vector<std::string> args) {
-    CLI::App app("test");
-    auto options = std::make_shared<PrecomputeOptions>();
-    add_option_fields(app.add_subcommand("precompute"), options, precompute_fields());
-    args.insert(args.begin(), {"precompute", "--encoder", "e.pt", "--dataset", "d.h5", "--out", "c.h5"});
-    std::reverse(args.begin(), args.end());  // CLI11 takes a vector in reverse order
-    app.parse(args);
-    return *options;
-  };
-  CHECK(parse({}).fsync);
-  CHECK_FALSE(parse({"--no-fsync"}).fsync);
-  CHECK(parse({"--drop-behind"}).drop_behind);
-  CLI::App app("test");
-  auto options = std::make_shared<PrecomputeOptions>();
-  CLI::App* sub = app.add_subcommand("precompute");
-  add_option_fields(sub, options, precompute_fields());
-  const std::string help = sub->help();
-  CHECK(help.find("--no-fsync ") != std::string::npos);
-  CHECK(help.find("{false}") == std::string::npos);
-}
-
-TEST_CASE("--device is checked before CUDA is looked for; cuda:N takes digits only" * doctest::test_suite("core")) {
-  CHECK(resolve_device("cpu") == c10::Device(c10::kCPU));
-  for (const char* bad : {"gpu", "cuda:", "cuda:x", "cuda:1x", "cuda:-1", "CUDA"}) {
-    CAPTURE(bad);
-    try {
-      resolve_device(bad);
-      FAIL("accepted");
-    } catch (const UsageError& e) {
-      CHECK(contains(e.what(), "expected auto, cpu, cuda or cuda:N, got \"" + std::string(bad) + "\""));
-    }
-  }
-  if (!torch::cuda::is_available()) {
-    for (const char* text : {"cuda", "cuda:0", "cuda:3"}) {
-      CAPTURE(text);
-      try {
-        resolve_device(text);
-        FAIL("accepted");
-      } catch (const UsageError& e) {
-        CHECK(contains(e.what(), "CUDA is not available"));
-      }
-    }
-  } else {
-    CHECK(resolve_device("cuda:0") == c10::Device(c10::kCUDA, 0));
-    CHECK_THROWS_AS(resolve_device("cuda:99"), UsageError);
-  }
 }
 
 TEST_CASE("--batch-size auto keeps the fastest size and stops at the first that gains too little") {

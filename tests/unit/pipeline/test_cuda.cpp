@@ -1,6 +1,6 @@
 // On a GPU: features the encoder computes on CUDA equal the CPU's. These cases run only where
 // LibTorch sees a CUDA device (doctest::skip otherwise, and the run's summary counts them as
-// skipped); scripts/check_cuda_build.sh compiles them against Debian 13's CUDA LibTorch.
+// skipped); scripts/env/check_cuda_build.sh compiles them against Debian 13's CUDA LibTorch.
 #include "doctest_torch.hpp"
 
 #include <ATen/Context.h>

@@ -13,7 +13,7 @@
 using namespace embcache;
 namespace fs = std::filesystem;
 
-TEST_SUITE_BEGIN("core");
+TEST_SUITE_BEGIN("host");
 
 namespace {
 
