@@ -185,6 +185,20 @@ class NonFinite(nn.Module):
         return torch.where(m > 0, torch.full_like(x, float("nan")), x)
 
 
+class ZeroChannels(nn.Module):
+    """A map with no channel, and a vector beside it."""
+
+    def forward(self, x: torch.Tensor) -> List[torch.Tensor]:
+        return [x.mean(dim=(2, 3)), x[:, :0]]
+
+
+class ZeroTokens(nn.Module):
+    """ViT-like tokens [B, 0, D]."""
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x.flatten(2)[:, :, :0].transpose(1, 2).contiguous()
+
+
 class BadKey(nn.Module):
     """A dict key that cannot be an HDF5 dataset name under /levels."""
 
@@ -409,7 +423,8 @@ def export_encoders(out_dir: str, in_ch: int) -> None:
         f.write(("scaled_dot_product_attention" if HAS_SDPA else "eager") + f" torch {torch.__version__}\n")
     for name, module in [("bad_rank", BadRank()), ("bad_tokens", BadTokens()), ("ambiguous_tokens", AmbiguousTokens()), ("bad_rank6", BadRank6()), ("bad_batch", BadBatch()), ("bad_type", BadType()),
                          ("nonfinite", NonFinite()), ("shape_changes", ShapeChanges()),
-                         ("bad_key", BadKey()), ("unfreezable", Unfreezable())]:
+                         ("bad_key", BadKey()), ("unfreezable", Unfreezable()), ("zero_channels", ZeroChannels()),
+                         ("zero_tokens", ZeroTokens())]:
         torch.jit.save(torch.jit.script(module), os.path.join(out_dir, name + ".pt"))
     with open(os.path.join(out_dir, "not_torchscript.pt"), "wb") as f:
         f.write(b"this is not a torchscript archive")

@@ -324,6 +324,15 @@ at::Tensor as_level(const c10::IValue& value, const std::string& name, std::int6
     throw InputError("encoder output " + name + " has non-float dtype " +
                      std::string(c10::toString(t.scalar_type())));
   }
+  // An output with no channel, token or position holds no feature, and every output is cut into
+  // levels (selected or not): refused here, in one line, rather than by what it breaks later.
+  for (std::int64_t d = 1; d < t.dim(); ++d) {
+    if (t.size(d) > 0) continue;
+    std::string shape;
+    for (std::int64_t k = 0; k < t.dim(); ++k) shape += (k ? ", " : "") + std::to_string(t.size(k));
+    throw InputError("encoder output " + name + " has shape [" + shape + "], with an empty axis; every "
+                     "output needs at least one channel, token and position: fix the encoder's forward");
+  }
   return t;
 }
 

@@ -285,7 +285,7 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   EncodeStage::Settings encode{plan.batch_size, plan.device, plan.threads, plan.level_request, plan.layout, plan.storage.dtype,
                                Queues::kFeatureBatchesHeld, hooks.on_encoder_call, hooks.on_encoder_call_start};
   Stages stages{
-      PrepStage(queues.raw, queues.crops, windows, std::move(prep), store.committed(), priority),
+      PrepStage(queues.raw, queues.crops, windows, std::move(prep), store.committed(), store.committed_splits(), priority),
       IoStage(*source, queues.raw, queues.rows, store, context, priority, progress, stages.prep.skipped),
       EncodeStage(queues.crops, queues.encoded, *encoder, std::move(encode), priority, context),
       // The rows go into the file being built (uncompressed): checksums for its direct chunk

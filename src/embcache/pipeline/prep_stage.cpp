@@ -26,9 +26,10 @@ std::uint64_t content_hash(const CropPixels& crop, const WindowData& window, con
 }
 
 PrepStage::PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,
-                     const std::unordered_map<std::string, std::uint64_t>& committed, const StagePriority& priority)
-    : in_(in), out_(out), windows_(windows), settings_(std::move(settings)), committed_(committed), priority_(priority),
-      batches_(settings_.kept_batches) {}
+                     const std::unordered_map<std::string, CacheStore::CommittedRow>& committed,
+                     const std::vector<std::string>& committed_splits, const StagePriority& priority)
+    : in_(in), out_(out), windows_(windows), settings_(std::move(settings)), committed_(committed),
+      committed_splits_(committed_splits), priority_(priority), batches_(settings_.kept_batches) {}
 
 bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
   const WindowInfo& info = windows_[raw.index];
@@ -39,7 +40,10 @@ bool PrepStage::prepare(const RawWindow& raw, StageStopwatch& watch) {
     item.hash = content_hash(crop, raw.data, settings_.labels);
     const auto found = committed_.find(item.key.map_key());
     if (found != committed_.end()) {
-      if (found->second == item.hash) {
+      // A window moved to another split (the dataset's /splits, an rslearn split tag) keeps its
+      // pixels: its rows are stale all the same, or they would stay in the split they left.
+      const CacheStore::CommittedRow& row = found->second;
+      if (row.content_hash == item.hash && committed_splits_[row.split] == info.split) {
         ++skipped;
         continue;
       }

@@ -16,6 +16,7 @@
 #include "embcache/encoder/preprocess.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/stage_items.hpp"
+#include "embcache/store/cache_store.hpp"
 
 namespace embcache {
 
@@ -45,15 +46,18 @@ class PrepStage {
     std::size_t kept_batches = 0;
   };
   // `committed`: the cache's rows, map_key -> content hash.
+  // `committed` and `committed_splits`: the cache's rows (CacheStore::committed): a crop whose key
+  // is there with the same content hash and split is skipped.
   PrepStage(RawQueue& in, CropQueue& out, const std::vector<WindowInfo>& windows, Settings settings,
-            const std::unordered_map<std::string, std::uint64_t>& committed, const StagePriority& priority);
+            const std::unordered_map<std::string, CacheStore::CommittedRow>& committed,
+            const std::vector<std::string>& committed_splits, const StagePriority& priority);
 
   // Until the raw queue is drained; then closes the crop queue.
   void run();
 
   StageTime time;
   std::atomic<std::int64_t> skipped{0};  // cached with the same content hash
-  std::atomic<std::int64_t> stale{0};    // cached with another hash: recomputed
+  std::atomic<std::int64_t> stale{0};    // cached with another hash or split: recomputed
 
  private:
   // False when the crop queue was closed (the run failed).
@@ -66,7 +70,8 @@ class PrepStage {
   CropQueue& out_;
   const std::vector<WindowInfo>& windows_;
   const Settings settings_;
-  const std::unordered_map<std::string, std::uint64_t>& committed_;
+  const std::unordered_map<std::string, CacheStore::CommittedRow>& committed_;
+  const std::vector<std::string>& committed_splits_;
   const StagePriority& priority_;
   at::Tensor batch_;  // [batch_slots, crop shape], filled up to batch_used_
   std::int64_t batch_used_ = 0;

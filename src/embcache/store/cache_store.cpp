@@ -343,8 +343,12 @@ CacheStore::~CacheStore() {
 
 void CacheStore::read_committed(const CacheReader& source) {
   const CacheIndex index = source.read_index();
+  std::unordered_map<std::string, std::uint32_t> split_of;  // a split name -> its committed_splits_ index
+  for (std::uint32_t s = 0; s < committed_splits_.size(); ++s) split_of[committed_splits_[s]] = s;
   for (std::size_t row = 0; row < index.windows.size(); ++row) {
-    committed_[key_of(index, row)] = index.pixel_hashes[row];
+    const auto [it, fresh] = split_of.try_emplace(index.splits[row], std::uint32_t(committed_splits_.size()));
+    if (fresh) committed_splits_.push_back(index.splits[row]);
+    committed_[key_of(index, row)] = CommittedRow{index.pixel_hashes[row], it->second};
   }
 }
 

@@ -86,8 +86,16 @@ class CacheStore {
   CacheStore(const CacheStore&) = delete;
   CacheStore& operator=(const CacheStore&) = delete;
 
-  // Committed rows: map_key -> pixel hash, the newest commit winning.
-  const std::unordered_map<std::string, std::uint64_t>& committed() const { return committed_; }
+  // What a committed row is judged stale by: its content hash (pixels and labels) and its split
+  // (an index into committed_splits()). A crop whose hash or split differs is computed again,
+  // and its new row hides the old one.
+  struct CommittedRow {
+    std::uint64_t content_hash = 0;
+    std::uint32_t split = 0;
+  };
+  // Committed rows by map_key, the newest commit winning.
+  const std::unordered_map<std::string, CommittedRow>& committed() const { return committed_; }
+  const std::vector<std::string>& committed_splits() const { return committed_splits_; }
   const StorageOptions& storage() const { return storage_; }
   bool cache_exists() const { return main_exists_; }
   // Rows an interrupted run had committed, installed by the constructor.
@@ -143,7 +151,8 @@ class CacheStore {
   std::string next_path_;               // the cache file being built
   std::vector<std::string> records_;     // this run's commit records, oldest first
   std::int64_t next_segment_ = 1;
-  std::unordered_map<std::string, std::uint64_t> committed_;
+  std::unordered_map<std::string, CommittedRow> committed_;
+  std::vector<std::string> committed_splits_;  // the split names committed rows have
   std::vector<LevelSpec> existing_levels_;
   std::vector<LevelSpec> levels_;
   std::unique_ptr<CacheFileWriter> next_;

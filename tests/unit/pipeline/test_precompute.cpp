@@ -33,6 +33,7 @@
 #include "embcache/encoder/onednn_cache_view.hpp"
 #include "embcache/core/bounded_queue.hpp"
 #include "embcache/core/progress.hpp"
+#include "embcache/h5/h5.hpp"
 #include "embcache/pipeline/batch_size_search.hpp"
 #include "embcache/pipeline/core_sharing.hpp"
 #include "embcache/pipeline/io_stage.hpp"
@@ -214,6 +215,43 @@ TEST_CASE("changed pixels make a window's crops stale; they are recomputed and r
     }
   }
   REQUIRE(changed == 4);
+}
+
+TEST_CASE("a window moved to another split is recomputed with its new split; the old rows leave the cache") {
+  Setup s;
+  count_calls(s.options());
+  const CacheReader before(s.cache);
+  const RowBatch old_rows = before.read_rows(0, before.rows());
+  {
+    // win1 moves from train to test; its pixels and labels stay as they were.
+    const h5::File file = h5::open_file(s.dataset, true);
+    const h5::Datatype text = h5::vlen_utf8_type();
+    const char* test = "test";
+    h5::write_rows(h5::open_dataset(file, "splits"), text, 1, 1, &test, s.dataset + ":/splits");
+  }
+  PrecomputeSummary summary;
+  count_calls(s.options(), &summary);
+  CHECK(summary.crops_stale == 4);
+  CHECK(summary.crops_computed == 4);
+  CHECK(summary.crops_skipped == 20);
+  const CacheReader after(s.cache);
+  REQUIRE(after.rows() == 24);
+  const CacheIndex index = after.read_index();
+  const RowBatch rows = after.read_rows(0, after.rows());
+  int moved = 0;
+  for (std::size_t r = 0; r < index.windows.size(); ++r) {
+    if (index.windows[r] != "win1") continue;
+    CHECK(index.splits[r] == "test");
+    ++moved;
+    for (std::size_t q = 0; q < old_rows.windows.size(); ++q) {
+      if (old_rows.windows[q] == "win1" &&
+          std::equal(old_rows.bounds.begin() + 4 * q, old_rows.bounds.begin() + 4 * q + 4, index.bounds.begin() + 4 * r)) {
+        CHECK(at::equal(old_rows.levels[0][std::int64_t(q)], rows.levels[0][std::int64_t(r)]));  // same pixels, same bits
+      }
+    }
+  }
+  CHECK(moved == 4);
+  CHECK(count_calls(s.options()) == 0);  // and the next run finds nothing to do
 }
 
 TEST_CASE("a run that commits many times installs the file it built, copying nothing at the end") {
@@ -580,7 +618,9 @@ TEST_CASE("bad encoders: one clear error each, and no cache written") {
                         Case{"bad_batch.pt", "batch dimension 1"},
                         Case{"bad_type.pt", "Int"},
                         Case{"shape_changes.pt", "changed shape between batches"},
-                        Case{"nonfinite.pt", "NaN/Inf"}}) {
+                        Case{"nonfinite.pt", "NaN/Inf"},
+                        Case{"zero_channels.pt", "output [1] has shape [5, 0, 16, 16], with an empty axis"},
+                        Case{"zero_tokens.pt", "output 0 has shape [5, 0, 3], with an empty axis"}}) {
     INFO("encoder: " << std::string(c.encoder));
     PrecomputeOptions o = s.options(c.encoder);
     o.out = s.dir.file(std::string(c.encoder) + ".cache.h5");

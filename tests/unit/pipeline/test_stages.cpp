@@ -72,33 +72,38 @@ TEST_CASE("prep stage alone: every crop of the grid, cached ones skipped, change
   settings.grid.width = settings.grid.height = 16;
   settings.grid.overlap = 4;
   settings.labels.has_class = true;
-  // Window a has 4 crops (x 0, 8; y 0, 4); one is cached as it is, one with another hash.
-  std::unordered_map<std::string, std::uint64_t> committed;
+  // Window a has 4 crops (x 0, 8; y 0, 4); one is cached as it is, one with another hash, one in
+  // another split.
+  std::unordered_map<std::string, CacheStore::CommittedRow> committed;
+  const std::vector<std::string> splits = {"train", "val"};
   RawQueue probe_in(kUnbounded);
   CropQueue probe_out(kUnbounded);
   RawWindow first = raw_window(0, 20, 24, 1);
   probe_in.push(first);
   probe_in.close();
   const StagePriority priority(StageScheduling::kNormal);
-  PrepStage(probe_in, probe_out, windows, settings, committed, priority).run();
+  PrepStage(probe_in, probe_out, windows, settings, committed, splits, priority).run();
   const std::vector<CropItem> all_of_a = drain(probe_out);
   REQUIRE(all_of_a.size() == 4);
-  committed[all_of_a[0].key.map_key()] = all_of_a[0].hash;
-  committed[all_of_a[1].key.map_key()] = all_of_a[1].hash + 1;
+  committed[all_of_a[0].key.map_key()] = {all_of_a[0].hash, 0};
+  committed[all_of_a[1].key.map_key()] = {all_of_a[1].hash + 1, 0};
+  committed[all_of_a[2].key.map_key()] = {all_of_a[2].hash, 1};  // cached as val; the window is train now
 
   const RawWindow second = raw_window(1, 16, 16, 2);
   RawQueue in(kUnbounded);
   in.push(first);
   in.push(second);
   in.close();
-  PrepStage stage(in, crops, windows, settings, committed, priority);
+  PrepStage stage(in, crops, windows, settings, committed, splits, priority);
   stage.run();
   const std::vector<CropItem> out = drain(crops);
   REQUIRE(crops.drained());  // closed at the end
   REQUIRE(stage.skipped.load() == 1);
-  REQUIRE(stage.stale.load() == 1);
+  REQUIRE(stage.stale.load() == 2);
   REQUIRE(out.size() == 3 + 1);
   REQUIRE(out[0].key.map_key() == all_of_a[1].key.map_key());
+  REQUIRE(out[1].key.map_key() == all_of_a[2].key.map_key());
+  REQUIRE(out[1].split == "train");
   REQUIRE(out[3].key.window == "b");
   REQUIRE(out[3].split == "val");
   REQUIRE(out[3].label_class == 2);
@@ -115,7 +120,7 @@ TEST_CASE("prep stage alone: every crop of the grid, cached ones skipped, change
   in_slots.push(second);
   in_slots.close();
   CropQueue slotted(kUnbounded);
-  PrepStage(in_slots, slotted, windows, settings, committed, priority).run();
+  PrepStage(in_slots, slotted, windows, settings, committed, splits, priority).run();
   const std::vector<CropItem> in_batches = drain(slotted);
   REQUIRE(in_batches.size() == out.size());
   const at::Tensor& slot0 = in_batches[0].input;
