@@ -273,15 +273,10 @@ void preflight_passes(const Study& study, const std::vector<Pass>& passes) {
 
 // Writes one run's directory from its combination of the pass; returns its ledger row.
 nlohmann::json write_run(const ProbeRun& run, const CombinationOutcome& c, std::size_t fused, const std::string& trained_on) {
-  make_directories(run.options.out, "run " + run.name);
   const nlohmann::json m = run_metrics(*c.run_metrics, run, c, fused);
-  write_text_atomically(run.options.out + "/metrics.json", m.dump(2) + "\n", "run " + run.name);
-  write_text_atomically(run.options.out + "/history.csv", history_csv(m), "run " + run.name);
   // A run that diverged before its first finite epoch has no head, nor a k-NN whose train split was streamed.
-  if (c.result.best_epoch > 0 && c.save_head) {
-    c.save_head(run.options.out + "/head.pt.tmp");
-    move_into_place(run.options.out + "/head.pt.tmp", run.options.out + "/head.pt", "run " + run.name);
-  }
+  const bool head = c.result.best_epoch > 0 && c.save_head;
+  write_run_dir(run.options.out, m, head ? c.save_head : nullptr, "run " + run.name);
   nlohmann::json row = result_row(run, m);
   row["cache_content"] = trained_on;
   return row;

@@ -1,8 +1,11 @@
 #include "embcache/core/files.hpp"
 
+#include <fcntl.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -43,6 +46,15 @@ void move_into_place(const std::string& from, const std::string& to, const std::
   std::error_code ec;
   std::filesystem::rename(from, to, ec);
   if (ec) throw IoError(what + " " + to + ": cannot move " + from + " into place (" + ec.message() + ")");
+}
+
+void sync_path(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) throw IoError("cannot open " + path + " to sync it: " + std::strerror(errno));
+  const int rc = ::fsync(fd);
+  const int saved = errno;
+  ::close(fd);
+  if (rc != 0) throw IoError("cannot sync " + path + ": " + std::strerror(saved));
 }
 
 std::int64_t file_bytes(const std::string& path, const std::string& what) {

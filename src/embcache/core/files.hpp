@@ -17,5 +17,7 @@ void write_text_atomically(const std::string& path, const std::string& text, con
 void make_directories(const std::string& path, const std::string& what);
 void move_into_place(const std::string& from, const std::string& to, const std::string& what);
 std::int64_t file_bytes(const std::string& path, const std::string& what);
+// fsync of a file or a directory (a directory: the names created, renamed or removed in it).
+void sync_path(const std::string& path);
 
 }  // namespace embcache

@@ -314,6 +314,17 @@ const EnumTable<HeadType>& head_types() {
 
 const char* head_name(HeadType type) { return head_types().name(type); }
 
+void check_head_loads(const std::string& path) {
+  try {
+    torch::jit::load(path);
+  } catch (const std::exception& e) {
+    const std::string reason = dynamic_cast<const c10::Error*>(&e)
+                                   ? first_line(static_cast<const c10::Error&>(e).what_without_backtrace())
+                                   : first_line(e.what());
+    throw IoError(path + ": the head written does not load back (" + reason + "); is the disk full?");
+  }
+}
+
 bool HeadConfig::pooled_input() const {
   return !is_dense(task) &&
          (type == HeadType::kLinear || type == HeadType::kMlp || type == HeadType::kLogreg || type == HeadType::kKnn);

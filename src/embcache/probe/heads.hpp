@@ -49,6 +49,10 @@ struct HeadConfig {
   void validate() const;
 };
 
+// Loads the head.pt at `path` back (TorchScript, as a user's torch.jit.load would): IoError
+// naming the file when it does not load, as a head written to a full disk does not.
+void check_head_loads(const std::string& path);
+
 class HeadBank {
  public:
   // `members` heads, each initialised exactly as a lone head with `seed` would be.

@@ -89,7 +89,7 @@ ProbeResult write_pass_outputs(const ProbePass& pass, const HeadSaverOf& saver_o
   for (const auto& c : pass.combos) results.push_back(c.result);
   const CombinationResult& best = results[pass.best];
   const nlohmann::json metrics = metrics_json(run_facts(pass), results, pass.best);
-  write_run_dir(pass.options.out, metrics, saver_of(pass.combos[pass.best]));
+  write_run_dir(pass.options.out, metrics, saver_of(pass.combos[pass.best]), "--out");
   if (on_combination) report_combinations(pass, metrics, saver_of, on_combination);
   return {metrics, run_summary_line(metrics, best, pass.epochs_run, pass.train_seconds, pass.options.out)};
 }

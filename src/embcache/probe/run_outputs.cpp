@@ -1,8 +1,11 @@
 #include "embcache/probe/run_outputs.hpp"
 
+#include <unistd.h>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
 #include <iomanip>
 #include <map>
 #include <set>
@@ -11,6 +14,7 @@
 #include "embcache/core/error.hpp"
 #include "embcache/core/files.hpp"
 #include "embcache/core/parse.hpp"
+#include "embcache/probe/heads.hpp"
 #include "embcache/probe/seed_statistics.hpp"
 
 namespace embcache {
@@ -168,21 +172,60 @@ std::string run_summary_line(const nlohmann::json& metrics, const CombinationRes
   return line.str();
 }
 
-void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
-                   const std::function<void(const std::string& path)>& save_head) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) throw IoError("--out " + dir + ": cannot create the run directory (" + ec.message() + ")");
-  if (save_head) {
-    save_head(dir + "/head.pt.tmp");
-    if (std::rename((dir + "/head.pt.tmp").c_str(), (dir + "/head.pt").c_str()) != 0) {
-      throw IoError("--out " + dir + ": cannot move head.pt into place");
-    }
-  } else {
-    std::filesystem::remove(dir + "/head.pt", ec);  // an earlier run's head would not be this run's
+namespace {
+
+// One file of the set, staged beside its final name until the whole set is written.
+std::string staged_name(const std::string& dir, const char* name) {
+  return dir + "/." + name + "." + std::to_string(::getpid()) + ".new";
+}
+
+void write_staged(const std::string& path, const std::string& text, const std::string& what) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw IoError(what + " " + path + ": cannot write (disk full, or the directory not writable?)");
   }
-  write_text_atomically(dir + "/history.csv", history_csv(metrics), "--out");
-  write_text_atomically(dir + "/metrics.json", metrics.dump(2) + "\n", "--out");
+  sync_path(path);
+}
+
+// Removes `path` if it is there; an error other than its absence is an IoError.
+void remove_if_there(const std::string& path, const std::string& what) {
+  std::error_code ec;
+  std::filesystem::remove(path, ec);
+  if (ec) throw IoError(what + " " + path + ": cannot remove it (" + ec.message() + ")");
+}
+
+}  // namespace
+
+void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
+                   const std::function<void(const std::string& path)>& save_head, const std::string& what) {
+  make_directories(dir, what);
+  const std::string head = staged_name(dir, "head.pt"), history = staged_name(dir, "history.csv"),
+                    json = staged_name(dir, "metrics.json");
+  try {
+    if (save_head) {
+      save_head(head);
+      check_head_loads(head);
+      sync_path(head);
+    }
+    write_staged(history, history_csv(metrics), what);
+    write_staged(json, metrics.dump(2) + "\n", what);
+    // The set changes under metrics.json, which goes first and comes back last: a reader who
+    // finds metrics.json finds the head and history of the same run beside it.
+    remove_if_there(dir + "/metrics.json", what);
+    if (save_head) {
+      move_into_place(head, dir + "/head.pt", what);
+    } else {
+      remove_if_there(dir + "/head.pt", what);  // an earlier run's head would not be this run's
+    }
+    move_into_place(history, dir + "/history.csv", what);
+    move_into_place(json, dir + "/metrics.json", what);
+    sync_path(dir);
+  } catch (...) {
+    for (const std::string& path : {head, history, json}) std::remove(path.c_str());
+    throw;
+  }
 }
 
 }  // namespace embcache

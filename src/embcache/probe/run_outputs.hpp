@@ -49,10 +49,12 @@ std::string history_csv(const nlohmann::json& metrics);
 // The one line train-probe prints: the best combination, its metrics, the grid and its speed.
 std::string run_summary_line(const nlohmann::json& metrics, const CombinationResult& best, std::int64_t epochs_run,
                              double train_seconds, const std::string& out);
-// Writes RUN_DIR (head.pt by `save_head`, none when it is empty; then history.csv and
-// metrics.json, each atomically);
-// IoError naming --out when the directory cannot be made.
+// Writes RUN_DIR as one set: head.pt (by `save_head`; none when it is empty), history.csv and
+// metrics.json are staged beside their names, the head loaded back, each file synced, then moved
+// into place with metrics.json last, so that a directory holding metrics.json holds the rest of
+// the same run. A failure leaves the set that was there, or none; IoError naming `what` and the
+// path (`what`: "--out", "run NAME").
 void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
-                   const std::function<void(const std::string& path)>& save_head);
+                   const std::function<void(const std::string& path)>& save_head, const std::string& what);
 
 }  // namespace embcache

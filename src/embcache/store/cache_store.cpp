@@ -14,6 +14,7 @@
 
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
 #include "embcache/core/file_lock.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/commit_record.hpp"

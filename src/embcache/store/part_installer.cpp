@@ -222,15 +222,6 @@ std::string new_content_id() {
   return text;
 }
 
-void sync_path(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) throw IoError("cannot open " + path + " to sync it: " + std::strerror(errno));
-  const int rc = ::fsync(fd);
-  const int saved = errno;
-  ::close(fd);
-  if (rc != 0) throw IoError("cannot sync " + path + ": " + std::strerror(saved));
-}
-
 std::string amp_conflict(const CacheReader& cache, const Signature& wanted) {
   const std::string amp = amp_of(wanted.value("computed_with", nlohmann::json()));
   if (amp.empty()) return "";
@@ -276,6 +267,7 @@ InstallStats install_part(const std::string& cache_path, const std::string& part
   make_directories(parts_dir_of(cache_path), "cache parts folder");
   if (fsync) sync_path(part_file);
   link_or_copy(part_file, dir + "/" + relative);
+  if (fsync) sync_path(parts_dir_of(cache_path));  // the link, before a view names it
   view.parts.push_back(entry);
   view.segments.push_back({std::int64_t(view.parts.size()) - 1, 0, entry.rows});
   // Rows in shard order (N, then I; a shard's parts in the order they came): the same parts give

@@ -63,7 +63,4 @@ std::int64_t copy_rows_to_file(const RowSource& source, const std::string& path,
 
 // 128 random bits in hex: a new name for a new set of rows.
 std::string new_content_id();
-// Makes `path`'s content durable (fsync of a file or directory).
-void sync_path(const std::string& path);
-
 }  // namespace embcache
