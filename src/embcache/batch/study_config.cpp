@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <set>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/limits.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/core/sha256.hpp"
 #include "embcache/pipeline/precompute_plan.hpp"
@@ -90,6 +92,18 @@ bool scalar_text(const Json& v, std::string* out) {
   return true;
 }
 
+// Whether the whole number `v` fits V without wrapping.
+template <class V>
+bool fits(const Json& v) {
+  if (v.is_number_unsigned()) return v.get<std::uint64_t>() <= std::uint64_t(std::numeric_limits<V>::max());
+  const std::int64_t x = v.get<std::int64_t>();
+  if constexpr (std::is_unsigned_v<V>) {
+    return x >= 0 && std::uint64_t(x) <= std::uint64_t(std::numeric_limits<V>::max());
+  } else {
+    return x >= std::int64_t(std::numeric_limits<V>::min()) && x <= std::int64_t(std::numeric_limits<V>::max());
+  }
+}
+
 // Assigns one JSON value (already a single run's value, no grid) to a field. Returns false and
 // records the problem when the type is wrong.
 template <class T>
@@ -145,8 +159,9 @@ bool assign(const OptionField<T>& field, const Json& v, T& options, const std::s
         } else if constexpr (std::is_same_v<V, std::vector<std::string>>) {
           ok = false;  // not settable from JSON (in_json = false)
         } else {
-          if (!(v.is_number_integer() || v.is_number_unsigned()) || (std::is_unsigned_v<V> && v.is_number_integer() && v.get<std::int64_t>() < 0)) {
-            problems.add(where, "expected a whole number, got " + describe(v));
+          if (!(v.is_number_integer() || v.is_number_unsigned()) || !fits<V>(v)) {
+            problems.add(where, "expected a whole number from " + std::to_string(std::numeric_limits<V>::min()) + " to " +
+                                    std::to_string(std::numeric_limits<V>::max()) + ", got " + describe(v));
             ok = false;
             return;
           }
@@ -204,9 +219,12 @@ std::string value_label(const Json& v) {
   return s;
 }
 
+// A folder name made of `text` that stays inside the folder it is made in: no separators, and
+// never "", "." or "..".
 std::string slug(const std::string& text) {
   std::string s;
   for (char c : text) s += (std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-') ? c : '_';
+  if (s.find_first_not_of('.') == std::string::npos) s = "_" + s;
   return s;
 }
 
@@ -259,8 +277,24 @@ class StudyParser {
     if (!in) throw InputError(path + ": cannot read the study config (missing or not readable)");
     const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
     Json root;
+    // A key given twice in one object: JSON parsers keep one of the two (nlohmann the last), so
+    // one of the values the file states would be ignored without a word.
+    std::vector<std::pair<std::set<std::string>, std::string>> objects;  // keys seen, and the key it is under
+    std::string last_key = "the top level", duplicate;
+    const auto check_keys = [&](int, nlohmann::json::parse_event_t event, Json& parsed) {
+      using Event = nlohmann::json::parse_event_t;
+      if (event == Event::object_start) objects.emplace_back(std::set<std::string>{}, last_key);
+      if (event == Event::object_end && !objects.empty()) objects.pop_back();
+      if (event == Event::key && parsed.is_string()) {
+        last_key = parsed.get<std::string>();
+        if (!objects.empty() && !objects.back().first.insert(last_key).second && duplicate.empty()) {
+          duplicate = "\"" + last_key + "\" is given twice in the object under \"" + objects.back().second + "\"";
+        }
+      }
+      return true;
+    };
     try {
-      root = Json::parse(text);
+      root = Json::parse(text, check_keys);
     } catch (const nlohmann::json::parse_error& e) {
       std::size_t line = 1, column = 1;
       for (std::size_t i = 0; i + 1 < e.byte && i < text.size(); ++i) {
@@ -275,7 +309,13 @@ class StudyParser {
       const auto colon = reason.rfind(": ");
       if (colon != std::string::npos) reason = reason.substr(colon + 2);
       throw InputError(path + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + reason);
+    } catch (const nlohmann::json::exception& e) {  // a number out of range: "number overflow parsing '1e400'"
+      std::string reason = e.what();
+      const auto bracket = reason.find("] ");
+      if (bracket != std::string::npos) reason = reason.substr(bracket + 2);
+      throw InputError(path + ": malformed JSON: " + reason);
     }
+    if (!duplicate.empty()) throw InputError(path + ": " + duplicate + "; give each key once");
     if (!root.is_object()) throw InputError(path + ": expected a JSON object at the top level");
     return root;
   }
@@ -378,7 +418,9 @@ class StudyParser {
       return "";
     }
     const std::string name = entry["name"].get<std::string>();
-    if (name.find_first_of("/\\") != std::string::npos) problems_.add(where + ".name", "\"" + name + "\" must not contain / or \\");
+    if (name.find_first_of("/\\") != std::string::npos || name == "." || name == "..") {
+      problems_.add(where + ".name", "\"" + name + "\" must not be . or .. nor contain / or \\: it names a folder");
+    }
     if (!names_.insert(name).second) problems_.add(where + ".name", "duplicate name \"" + name + "\"; names must be unique");
     return name;
   }
@@ -439,8 +481,9 @@ class StudyParser {
   void parse_precompute_value(const std::string& at, const std::string& key, const Json& value, PrecomputeEntry& entry) {
     const auto& fields = precompute_fields();
     if (key == "shards") {  // not an option of precompute: how the study splits it (docs/scale-out.md)
-      if (!value.is_number_integer() || value.get<std::int64_t>() < 1) {
-        problems_.add(at, "expected a whole number >= 1 (tasks of its job array), got " + describe(value));
+      if (!value.is_number_integer() || value.get<std::int64_t>() < 1 || value.get<std::int64_t>() > kMaxShards) {
+        problems_.add(at, "expected a whole number from 1 to " + std::to_string(kMaxShards) +
+                              " (tasks of its job array), got " + describe(value));
       } else {
         entry.shards = value.get<std::int64_t>();
       }

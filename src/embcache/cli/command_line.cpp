@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <new>
 #include <optional>
 #include <string>
 #include <vector>
@@ -40,6 +41,15 @@ std::string first_unknown_option(const CLI::App& app, int argc, char** argv) {
   return "";
 }
 
+// LibTorch's allocators say so in the text of a c10::Error (CPU: "can't allocate memory"; CUDA:
+// "out of memory"), and a shape too large to allocate at all in "Storage size calculation".
+bool is_out_of_memory(const std::string& message) {
+  for (const char* sign : {"can't allocate memory", "out of memory", "Storage size calculation overflowed"}) {
+    if (message.find(sign) != std::string::npos) return true;
+  }
+  return false;
+}
+
 int fail(ExitCode code, const std::string& message) {
   std::fprintf(stderr, "embcache: error: %s\n", message.c_str());
   return int(code);
@@ -70,11 +80,18 @@ int run_command_line(CLI::App& app, int argc, char** argv) {
     return int(e.code());
   } catch (const Error& e) {
     return fail(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return fail(ExitCode::kIo, "out of memory: the run asked for more than this machine has; lower --batch-size, or "
+                               "a memory budget (--host-memory-budget)");
   } catch (const std::filesystem::filesystem_error& e) {
     // A file-system call that embcache does not check itself (listing a dataset's folders).
     return fail(ExitCode::kIo, e.path1().string() + ": " + e.code().message());
   } catch (const c10::Error& e) {
-    return fail(ExitCode::kInternal, first_line(e.what_without_backtrace()));
+    const std::string message = first_line(e.what_without_backtrace());
+    if (is_out_of_memory(message)) {
+      return fail(ExitCode::kIo, "out of memory: " + message + "; lower --batch-size, or a memory budget");
+    }
+    return fail(ExitCode::kInternal, message);
   } catch (const std::exception& e) {
     return fail(ExitCode::kInternal, first_line(e.what()));
   }

@@ -11,7 +11,7 @@ enum class ExitCode : int {
   kInternal = 1,     // a bug: an invariant broke
   kUsage = 2,        // bad command line or option values
   kInput = 3,        // bad dataset, encoder or cache content
-  kIo = 4,           // the file system or HDF5 failed (disk full, permissions)
+  kIo = 4,           // the file system or HDF5 failed (disk full, permissions), or memory ran out
   kInterrupted = 130 // Ctrl-C: everything finished so far is committed
 };
 

@@ -21,8 +21,11 @@ void write_text_atomically(const std::string& path, const std::string& text, con
   const std::string tmp = path + "." + std::to_string(::getpid()) + "-" +
                           std::to_string(std::hash<std::thread::id>()(std::this_thread::get_id())) + ".tmp";
   {
+    errno = 0;
     std::ofstream out(tmp, std::ios::binary);
-    if (!out) throw IoError(what + " " + path + ": cannot write (directory missing or not writable)");
+    if (!out) {
+      throw IoError(what + " " + path + ": cannot write (" + (errno ? std::strerror(errno) : "directory missing or not writable") + ")");
+    }
     out << text;
     out.flush();
     if (!out) {

@@ -3,6 +3,7 @@
 #include <cstdlib>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/limits.hpp"
 
 namespace embcache {
 namespace {
@@ -46,8 +47,9 @@ ShardSpec parse_shard(const std::string& text) {
   const auto slash = text.find('/');
   const std::int64_t index = slash == std::string::npos ? -1 : whole_number(text.substr(0, slash));
   const std::int64_t count = slash == std::string::npos ? -1 : whole_number(text.substr(slash + 1));
-  if (index < 0 || count < 1) {
-    throw UsageError(OptionName{"shard"}, "expected I/N (shard I of N, counted from 0) or slurm, got \"" + text + "\"");
+  if (index < 0 || count < 1 || count > kMaxShards) {
+    throw UsageError(OptionName{"shard"}, "expected I/N (shard I of N, counted from 0, N at most " +
+                     std::to_string(kMaxShards) + ") or slurm, got \"" + text + "\"");
   }
   if (index >= count) {
     throw UsageError(OptionName{"shard"}, text + ": shards of " + std::to_string(count) + " are numbered 0 to " +

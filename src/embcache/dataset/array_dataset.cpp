@@ -8,6 +8,7 @@
 #include <unordered_map>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/limits.hpp"
 #include "embcache/host/tensor_recycler.hpp"
 #include "embcache/h5/h5.hpp"
 
@@ -222,9 +223,9 @@ class ArrayDataset final : public WindowSource {
       ids.resize(dims[0]);
       h5::read_rows(labels_, h5::native<std::int64_t>(), 0, dims[0], ids.data(), path_ + ":/labels");
       for (std::size_t i = 0; i < ids.size(); ++i) {
-        if (ids[i] < 0) {
-          throw InputError(path_ + ": /labels row " + std::to_string(i) + " is " +
-                           std::to_string(ids[i]) + "; class ids must be >= 0");
+        if (ids[i] < 0 || ids[i] >= kMaxClasses) {
+          throw InputError(path_ + ": /labels row " + std::to_string(i) + " is " + std::to_string(ids[i]) +
+                           "; class ids must be from 0 to " + std::to_string(kMaxClasses - 1));
         }
       }
     } else if (cls == H5T_FLOAT) {

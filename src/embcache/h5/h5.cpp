@@ -1,6 +1,10 @@
 #include "embcache/h5/h5.hpp"
 
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstring>
 #include <memory>
 
@@ -242,11 +246,52 @@ void flush(const File& file, const std::string& path) {
   check_status(H5Fflush(file.get(), H5F_SCOPE_LOCAL), "cannot flush", path);
 }
 
+namespace {
+
+// Whether the file holds HDF5's signature where a superblock may start (0, 512, 1024, ...).
+// IoError when it cannot be read; false when it is missing.
+bool has_hdf5_signature(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    if (errno == ENOENT || errno == ENOTDIR) return false;
+    throw IoError(path + ": cannot open it (" + std::strerror(errno) + ")");
+  }
+  static const char kSignature[8] = {'\x89', 'H', 'D', 'F', '\r', '\n', '\x1a', '\n'};
+  bool found = false;
+  for (off_t at = 0;; at = at == 0 ? 512 : 2 * at) {
+    char bytes[8];
+    const ssize_t n = ::pread(fd, bytes, sizeof bytes, at);
+    if (n < 0) {
+      const int saved = errno;
+      ::close(fd);
+      if (saved == EISDIR) return false;
+      throw IoError(path + ": cannot read it (" + std::strerror(saved) + ")");
+    }
+    if (n < ssize_t(sizeof bytes)) break;
+    if (std::memcmp(bytes, kSignature, sizeof bytes) == 0) {
+      found = true;
+      break;
+    }
+  }
+  ::close(fd);
+  return found;
+}
+
+}  // namespace
+
 bool is_hdf5(const std::string& path) {
   silence_errors_on_this_thread();
   const htri_t result = H5Fis_hdf5(path.c_str());
+  const std::string detail = result < 0 ? last_error_message() : "";
   H5Eclear2(H5E_DEFAULT);
-  return result > 0;
+  if (result >= 0) return result > 0;
+  // HDF5 could not tell. A missing file, or one that is not HDF5, is not; an HDF5 file it could
+  // not read is an I/O error, never "not an HDF5 file" (a user might delete it for that).
+  if (has_hdf5_signature(path)) {
+    throw IoError(path + ": HDF5 could not read this HDF5 file (" + (detail.empty() ? "no reason given" : detail) +
+                  "); an I/O error? Nothing was changed; try again");
+  }
+  return false;
 }
 
 bool exists(Location loc, const std::string& path) {

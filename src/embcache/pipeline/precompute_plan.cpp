@@ -8,6 +8,7 @@
 #include "embcache/host/cpu_info.hpp"
 #include "embcache/host/device.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/limits.hpp"
 #include "embcache/core/file_hash_memo.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/dataset/array_dataset.hpp"
@@ -61,6 +62,7 @@ void plan_dataset(const PrecomputeOptions& o, PrecomputePlan& plan) {
   r.label_type = label_types().parse(o.label_type, {"label-type"});
   r.classes = o.classes;
   r.pad_value = o.pad_value;
+  require_in_range(o.reader_threads, 0, kMaxReaderThreads, {"reader-threads"}, "a thread count");
   r.reader_threads = o.reader_threads;
   r.time_axis = o.time_axis;
 }
@@ -86,7 +88,7 @@ void plan_input(const PrecomputeOptions& o, PrecomputePlan& plan) {
 void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
   if (o.batch_size != "auto") {
     plan.batch_size = parse_int(o.batch_size, {"batch-size"});
-    if (*plan.batch_size <= 0) throw UsageError(OptionName{"batch-size"}, "must be a positive number or auto");
+    require_in_range(*plan.batch_size, 1, kMaxEncoderBatch, {"batch-size"}, "auto or a number of crops");
   }
   plan.amp = amp_modes().parse(o.amp, {"amp"});
   if (o.optimize && o.no_optimize) throw UsageError(OptionName{"no-optimize"}, "contradicts --optimize; give one of the two");
@@ -96,7 +98,7 @@ void plan_encoder(const PrecomputeOptions& o, PrecomputePlan& plan) {
   plan.encoder_hash_memo = FileHashMemo::from_environment().directory();
   plan.device = resolve_device(o.device);
   if (plan.amp != Amp::kNone && !plan.device.is_cuda()) throw UsageError(OptionName{"amp"}, "needs a CUDA device; on CPU use --amp none");
-  if (o.threads < 0) throw UsageError(OptionName{"threads"}, "must be 0 (one per CPU this process may run on) or more");
+  require_in_range(o.threads, 0, kMaxThreads, {"threads"}, "0 (one per CPU this process may run on) or a thread count");
   plan.threads = o.threads > 0 ? o.threads : usable_cpus();
   if (!o.levels.empty()) plan.level_request = split_list(o.levels, {"levels"});
 }
@@ -142,8 +144,11 @@ void plan_output(const PrecomputeOptions& o, PrecomputePlan& plan) {
     throw UsageError(OptionName{"allow-nonfinite"}, "--dtype int8 cannot store NaN/Inf features; drop --allow-nonfinite, "
                      "or store a float dtype (float32, float16, bfloat16) with it");
   }
-  if (o.commit_seconds <= 0) throw UsageError(OptionName{"commit-seconds"}, "must be positive");
-  if (o.segment_mb <= 0) throw UsageError(OptionName{"segment-mb"}, "must be positive");
+  if (!(o.commit_seconds > 0 && o.commit_seconds <= double(kMaxCommitSeconds))) {
+    throw UsageError(OptionName{"commit-seconds"}, "expected seconds above 0, at most " + std::to_string(kMaxCommitSeconds) +
+                     ", got " + format_number(o.commit_seconds));
+  }
+  require_in_range(o.segment_mb, 1, kMaxSegmentMb, {"segment-mb"}, "MiB");
   plan.policy.segment_seconds = o.commit_seconds;
   plan.policy.segment_bytes = o.segment_mb << 20;
   plan.policy.fsync = o.fsync;

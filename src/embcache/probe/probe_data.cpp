@@ -8,6 +8,7 @@
 
 #include "embcache/core/crop_key.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/limits.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/store/cache_store.hpp"
 
@@ -263,6 +264,10 @@ void ProbeData::load_targets(const ProbeOptions& options) {
     for (int s = 0; s < 3; ++s) {
       if (targets_[s].defined() && targets_[s].numel() > 0) max_class = std::max(max_class, targets_[s].max().item<std::int64_t>());
     }
+    if (max_class >= kMaxClasses) {
+      throw InputError(caches_.front()->path() + ": a row has class " + std::to_string(max_class) + "; class ids must be "
+                       "from 0 to " + std::to_string(kMaxClasses - 1));
+    }
     num_outputs_ = options.num_classes > 0 ? options.num_classes : max_class + 1;
     for (std::size_t c = 0; c < caches_.size(); ++c) {
       const auto* ids = per_cache[c].data_ptr<std::int64_t>();
@@ -321,6 +326,10 @@ void ProbeData::check_mask_classes(const ProbeOptions& options) {
                                     "; set --ignore-index"
                               : ", outside [0, " + std::to_string(options.num_classes) +
                                     ") set by --num-classes; raise --num-classes"));
+      }
+      if (hi >= kMaxClasses) {
+        throw InputError(cache.path() + ": a mask has class " + std::to_string(hi) + "; class ids must be from 0 to " +
+                         std::to_string(kMaxClasses - 1) + " (or the ignore index)");
       }
       max_class = std::max(max_class, hi);
     }

@@ -7,6 +7,7 @@
 
 #include "embcache/host/device.hpp"
 #include "embcache/core/error.hpp"
+#include "embcache/core/limits.hpp"
 #include "embcache/core/parse.hpp"
 #include "embcache/probe/logistic_regression.hpp"
 
@@ -69,8 +70,11 @@ void check_out(const std::string& out) {
 }
 
 void check_training(const ProbeOptions& o) {
-  if (o.epochs < 1) throw UsageError(OptionName{"epochs"}, "expected at least 1");
-  if (o.patience < 0) throw UsageError(OptionName{"patience"}, "expected 0 (off) or more epochs");
+  require_in_range(o.epochs, 1, kMaxEpochs, {"epochs"}, "epochs");
+  require_in_range(o.patience, 0, kMaxEpochs, {"patience"}, "0 (off) or epochs");
+  require_in_range(o.threads, 0, kMaxThreads, {"threads"}, "0 (LibTorch's default) or a thread count");
+  require_in_range(o.num_classes, 0, kMaxClasses, {"num-classes"}, "0 (from the labels) or classes");
+  require_in_range(o.conv_blocks, 1, kMaxConvBlocks, {"conv-blocks"}, "blocks");
   if (o.label_smoothing < 0 || o.label_smoothing >= 1) throw UsageError(OptionName{"label-smoothing"}, "expected [0, 1)");
   if (o.dropout < 0 || o.dropout >= 1) throw UsageError(OptionName{"dropout"}, "expected a probability in [0, 1)");
   if (o.warmup_epochs < 0) throw UsageError(OptionName{"warmup-epochs"}, "expected 0 or more");
@@ -79,7 +83,7 @@ void check_training(const ProbeOptions& o) {
                      std::to_string(o.epochs) + ", so the learning rate would never reach --lr; "
                      "warm up for fewer epochs or train for more");
   }
-  if (o.bootstrap < 0) throw UsageError(OptionName{"bootstrap"}, "expected 0 (off) or a number of resamples");
+  require_in_range(o.bootstrap, 0, kMaxBootstrap, {"bootstrap"}, "0 (off) or resamples");
 }
 
 // auto: 64 rows for dense tasks, 256 otherwise. Dense heads (conv, fpn, unet, upernet) reached
@@ -96,6 +100,7 @@ std::int64_t resolve_batch_size(const std::string& text, ProbeTask task) {
     rows = 0;
   }
   if (rows < 1) throw UsageError(OptionName{"batch-size"}, "expected auto or a number of rows (at least 1), got \"" + text + "\"");
+  require_in_range(rows, 1, kMaxProbeBatch, {"batch-size"}, "auto or rows");
   return rows;
 }
 
@@ -156,9 +161,7 @@ std::vector<HeadType> checked_heads(const ProbeOptions& o, const ProbePlan& plan
 void plan_knn_points(const ProbeOptions& o, ProbePlan& plan, const LevelSets& level_sets) {
   if (!(o.knn_temperature > 0)) throw UsageError(OptionName{"knn-temperature"}, "must be positive");
   const std::vector<std::int64_t> ks = parse_int_list(o.k, {"k"});
-  for (auto k : ks) {
-    if (k < 1) throw UsageError(OptionName{"k"}, "values must be at least 1");
-  }
+  for (auto k : ks) require_in_range(k, 1, kMaxK, {"k"}, "neighbours");
   refuse_repeats(ks, {"k"}, [](std::int64_t k) { return std::to_string(k); });
   for (const auto& set : level_sets) {
     for (auto k : ks) plan.grid.push_back(ProbeCombination{HeadType::kKnn, set, 0, 0, 0, k});
@@ -297,6 +300,7 @@ ProbePlan plan_probe(const ProbeOptions& options) {
     if (wd < 0) throw UsageError(OptionName{"weight-decay"}, "must be 0 or more");
   }
   if (!options.hidden.empty()) plan.hidden = parse_int_list(options.hidden, {"hidden"});
+  for (auto width : plan.hidden) require_in_range(width, 1, kMaxWidth, {"hidden"}, "widths");
   plan_placement(options, plan);
   plan_inputs_and_loss(options, plan);
   plan_points(options, plan, lrs, decays);

@@ -67,9 +67,13 @@ nlohmann::json describe_cache(const std::string& path) {
   if (!fs::exists(path)) {
     const auto runs = run_states(path);
     const bool active = std::any_of(runs.begin(), runs.end(), [](const RunState& r) { return r.active; });
-    if (pending > 0 || active) {
+    if (active) {
       throw IoError(path + ": cache is being written (" + std::to_string(pending) +
                     " commits of a run not yet installed); inspect it when precompute ends");
+    }
+    if (pending > 0) {
+      throw InputError(path + ": no cache yet, but an interrupted run left " + std::to_string(pending) +
+                       " commits; the next precompute into it installs them and computes the rest");
     }
     throw InputError(path + ": no such cache file");
   }

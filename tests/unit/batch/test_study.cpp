@@ -94,6 +94,44 @@ TEST_CASE("validation names each problem's place, all at once") {
   REQUIRE(contains(problems, R"(probes[3].lr[1]: expected a number, got "fast")"));
 }
 
+TEST_CASE("values past the fixed limits, numbers that do not fit, repeated keys and names of no folder are refused") {
+  StudyDir d;
+  const std::string limits = d.problems(
+      R"({"name": "a", "cache": "enc", "task": "classification", "levels": 0, "epochs": 2147483648},
+         {"name": "b", "cache": "enc", "task": "classification", "levels": 0, "threads": 10000000000},
+         {"name": "c", "cache": "enc", "task": "classification", "levels": 0, "threads": -2},
+         {"name": "..", "cache": "enc", "task": "classification", "levels": 0})");
+  CHECK(contains(limits, "probes[0].epochs: expected epochs from 1 to 100000, got 2147483648"));
+  CHECK(contains(limits, "probes[1].threads: expected a whole number from -2147483648 to 2147483647, got 10000000000"));
+  CHECK(contains(limits, "probes[2].threads: expected 0 (LibTorch's default) or a thread count from 0 to 4096, got -2"));
+  CHECK(contains(limits, R"(probes[3].name: ".." must not be . or .. nor contain / or \: it names a folder)"));
+  std::string shards;
+  try {
+    d.load(R"({"name": "p", "cache": "enc", "task": "classification", "levels": 0})", R"(, "shards": 1000000)");
+  } catch (const InputError& e) {
+    shards = e.what();
+  }
+  CHECK(contains(shards, "precompute[0].shards: expected a whole number from 1 to 100000"));
+
+  const std::string path = d.dir.file("raw.json");
+  const auto refusal = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    try {
+      load_study(path);
+    } catch (const InputError& e) {
+      return std::string(e.what());
+    }
+    return std::string();
+  };
+  CHECK(refusal(R"({"version": 1, "output_dir": "out", "probes": [], "output_dir": "elsewhere"})") ==
+        path + R"(: "output_dir" is given twice in the object under "the top level"; give each key once)");
+  CHECK(contains(refusal(R"({"version": 1, "probes": [{"name": "a", "lr": 0.1, "lr": 0.2}]})"),
+                 R"("lr" is given twice in the object under "probes")"));
+  const std::string overflow = refusal(R"({"version": 1, "output_dir": "out", "probes": [{"lr": 1e999}]})");
+  CHECK(contains(overflow, path + ": malformed JSON: number overflow"));
+  CHECK(overflow.find('\n') == std::string::npos);
+}
+
 TEST_CASE("an executor object fills the Slurm settings, and each wrong key is named") {
   StudyDir d;
   const std::string probe = R"({"name": "p", "cache": "enc", "task": "classification", "levels": 0})";

@@ -130,6 +130,16 @@ TEST_CASE("HDF5 wrapper errors name the file and carry HDF5's reason") {
   REQUIRE_THROWS_AS(h5::open_dataset(file, "nope"), IoError);
   std::ofstream(dir.file("text.h5")) << "not hdf5";
   REQUIRE_FALSE(h5::is_hdf5(dir.file("text.h5")));
+  REQUIRE_FALSE(h5::is_hdf5(dir.file("missing.h5")));
+  REQUIRE_FALSE(h5::is_hdf5(dir.path()));
+  // A file that cannot be read is an I/O error, never "not an HDF5 file" (a user might delete a
+  // healthy cache for that). Reading /proc/self/mem at offset 0 fails with EIO.
+  try {
+    h5::is_hdf5("/proc/self/mem");
+    FAIL("an unreadable file was taken for one that is not HDF5");
+  } catch (const IoError& e) {
+    CHECK(std::string(e.what()).find("/proc/self/mem: cannot read it (") == 0);
+  }
 }
 
 TEST_SUITE_END();

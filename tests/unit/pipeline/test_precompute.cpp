@@ -670,6 +670,11 @@ TEST_CASE("bad datasets and options: one clear error each") {
   masks.masks = at::zeros({3, 8, 9}, at::kInt);
   REQUIRE(contains(error_of<InputError>(with_dataset(masks)), "/masks has shape [3, 8, 9]"));
 
+  testing::ArrayDatasetSpec huge_class;  // a class id no probe could hold a score for
+  huge_class.images = at::zeros({2, 3, 8, 8}, at::kByte);
+  huge_class.labels = at::tensor({std::int64_t(1), std::int64_t(1) << 62}, at::kLong);
+  REQUIRE(contains(error_of<InputError>(with_dataset(huge_class)), "/labels row 1 is 4611686018427387904; class ids must be from 0 to 999999"));
+
   testing::ArrayDatasetSpec doubles;
   doubles.images = at::zeros({1, 3, 8, 8}, at::kDouble);
   REQUIRE(contains(error_of<InputError>(with_dataset(doubles)), "float64"));
@@ -695,6 +700,24 @@ TEST_CASE("bad datasets and options: one clear error each") {
   o = s.options();
   o.overlap = 16;
   REQUIRE(contains(error_of<UsageError>(o), "--overlap"));
+  // Fixed limits far above any real use.
+  o = s.options();
+  o.threads = -2;
+  REQUIRE(contains(error_of<UsageError>(o), "--threads: expected 0 (one per CPU this process may run on) or a thread count from 0 to 4096, got -2"));
+  o.threads = 100000;
+  REQUIRE(contains(error_of<UsageError>(o), "--threads:"));
+  o = s.options();
+  o.batch_size = "100000";
+  REQUIRE(contains(error_of<UsageError>(o), "--batch-size: expected auto or a number of crops from 1 to 65536"));
+  o = s.options();
+  o.segment_mb = std::int64_t(1) << 40;
+  REQUIRE(contains(error_of<UsageError>(o), "--segment-mb:"));
+  o = s.options();
+  o.commit_seconds = 1e12;
+  REQUIRE(contains(error_of<UsageError>(o), "--commit-seconds:"));
+  o = s.options();
+  o.shard = "0/1000000";
+  REQUIRE(contains(error_of<UsageError>(o), "--shard:"));
   o = s.options();
   o.device = "cuda:0";
   if (!at::hasCUDA()) REQUIRE(contains(error_of<UsageError>(o), "CUDA is not available"));

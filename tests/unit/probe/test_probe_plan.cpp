@@ -84,6 +84,17 @@ TEST_CASE("plan_probe: each bad value is one UsageError naming its option") {
   REQUIRE(with([](ProbeOptions& o) { o.epochs = 0; }).rfind("--epochs:", 0) == 0);
   REQUIRE(with([](ProbeOptions& o) { o.task = "detection"; }).find("detection") != std::string::npos);
   REQUIRE(with([](ProbeOptions& o) { o.levels = ""; }).rfind("--levels: required", 0) == 0);
+  // Fixed limits far above any real use: a slip is refused, not run for hours.
+  CHECK(with([](ProbeOptions& o) { o.epochs = std::int64_t(1) << 31; }) == "--epochs: expected epochs from 1 to 100000, got 2147483648");
+  CHECK(with([](ProbeOptions& o) { o.bootstrap = std::int64_t(1) << 31; }).rfind("--bootstrap: expected 0 (off) or resamples from 0 to 100000", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.threads = 100000; }).rfind("--threads: expected 0 (LibTorch's default) or a thread count from 0 to 4096", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.threads = -2; }).rfind("--threads:", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.patience = -1; }).rfind("--patience:", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.num_classes = std::int64_t(1) << 62; }).rfind("--num-classes:", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.batch_size = "2097152"; }).rfind("--batch-size:", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.hidden = "100000"; }).rfind("--hidden: expected widths from 1 to 65536", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.conv_blocks = 1000; }).rfind("--conv-blocks:", 0) == 0);
+  CHECK(with([](ProbeOptions& o) { o.head = "knn"; o.lr = "1e-3"; o.weight_decay = "0"; o.k = "1000000"; }).rfind("--k: expected neighbours from 1 to 100000", 0) == 0);
   ProbeOptions budgets = grid_options();
   budgets.host_memory_budget = "512M";
   REQUIRE(plan_probe(budgets).host_budget == 512 * kMiB);

@@ -8,6 +8,7 @@
 
 #include "embcache/core/error.hpp"
 #include "embcache/core/file_lock.hpp"
+#include "embcache/store/cache_description.hpp"
 #include "embcache/store/cache_reader.hpp"
 #include "embcache/store/cache_store.hpp"
 #include "precompute_fixture.hpp"
@@ -38,6 +39,14 @@ TEST_CASE("commit records rebuild every committed row bit for bit, from recorded
   }  // dropped without consolidating, as a SIGKILL would
   REQUIRE_FALSE(fs::exists(s.cache));
   REQUIRE(fs::exists(s.cache + ".runs/all/next.h5"));
+  // Nothing runs now: a reader is told what is there, not that the cache is being written.
+  try {
+    describe_cache(s.cache);
+    FAIL("described a cache that is not there");
+  } catch (const InputError& e) {
+    CHECK(std::string(e.what()) == s.cache + ": no cache yet, but an interrupted run left 2 commits; the next "
+                                             "precompute into it installs them and computes the rest");
+  }
   {
     auto store = args.open(s.cache);
     REQUIRE(store->recovered_rows() == 13);
