@@ -86,9 +86,8 @@ class ArrayDataset final : public WindowSource {
   }
 
   // Sequential reads come from blocks of rows read in one call per dataset: row by row, the HDF5
-  // calls cost more than copying the pixels (the I/O thread's read CPU for the demo's 5,500
-  // windows of 28x28: 0.065-0.089 s row by row, 0.019-0.026 s in blocks; MobileNetV2's 7,680 of
-  // 3x96x96: 0.18-0.20 s and 0.13-0.14 s). A window is copied out of its block, so that what the later
+  // calls would cost more than copying the pixels of small windows. A window is copied out of its
+  // block, so that what the later
   // stages keep (a crop's mask, a float crop passed through unchanged) holds its own row and not
   // the whole block. A read that does not follow the previous one reads its row alone, so a
   // sparse selection of windows (a shard, only the new windows) reads nothing it does not use.

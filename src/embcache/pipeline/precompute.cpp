@@ -243,9 +243,8 @@ PrecomputeSummary run_precompute(const PrecomputePlan& plan, const PrecomputeHoo
   const auto started = Clock::now();
   const EncoderAllocatorScope allocator;
   // The run's thread count from the start (this thread is the encoder's): loading, optimising and
-  // the difference check run as the batches will, on every core asked for. LibTorch 1.13's
-  // default on 2 vCPUs is one thread; there ResNet-50's took 0.53-0.68 s at one thread and
-  // 0.40-0.47 s at two (MobileNetV2's 0.26-0.30 s either way).
+  // the difference check run as the batches will, on every core asked for, not on LibTorch's
+  // default (one thread per physical core, which can be fewer).
   use_intra_op_threads(plan.threads);
   std::unique_ptr<WindowSource> source = open_window_source(plan);
   const std::int64_t channels = check_window_source(plan, *source);
