@@ -174,10 +174,11 @@ std::string run_summary_line(const nlohmann::json& metrics, const CombinationRes
 
 namespace {
 
-// One file of the set, staged beside its final name until the whole set is written.
-std::string staged_name(const std::string& dir, const char* name) {
-  return dir + "/." + name + "." + std::to_string(::getpid()) + ".new";
-}
+// The set is staged in a folder of this process's own inside the run directory until it is
+// whole. Each staged file is NAME.new: TorchScript names the archive's root folder after the
+// file's name less its last extension, so a head staged as head.pt.new holds the same bytes as
+// one saved straight to head.pt.
+std::string staging_dir(const std::string& dir) { return dir + "/.staging." + std::to_string(::getpid()); }
 
 void write_staged(const std::string& path, const std::string& text, const std::string& what) {
   {
@@ -200,9 +201,10 @@ void remove_if_there(const std::string& path, const std::string& what) {
 
 void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
                    const std::function<void(const std::string& path)>& save_head, const std::string& what) {
-  make_directories(dir, what);
-  const std::string head = staged_name(dir, "head.pt"), history = staged_name(dir, "history.csv"),
-                    json = staged_name(dir, "metrics.json");
+  const std::string staging = staging_dir(dir);
+  make_directories(staging, what);
+  const std::string head = staging + "/head.pt.new", history = staging + "/history.csv.new",
+                    json = staging + "/metrics.json.new";
   try {
     if (save_head) {
       save_head(head);
@@ -224,8 +226,10 @@ void write_run_dir(const std::string& dir, const nlohmann::json& metrics,
     sync_path(dir);
   } catch (...) {
     for (const std::string& path : {head, history, json}) std::remove(path.c_str());
+    std::remove(staging.c_str());
     throw;
   }
+  remove_if_there(staging, what);
 }
 
 }  // namespace embcache

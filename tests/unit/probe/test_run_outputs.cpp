@@ -51,6 +51,10 @@ TEST_CASE("a run directory is written as one set: a head that does not load back
   REQUIRE(nlohmann::json::parse(read_file(run + "/metrics.json"))["marker"] == "first");
   const std::string head = read_file(run + "/head.pt");
   REQUIRE_FALSE(head.empty());
+  // The archive's root folder is named after head.pt, not after the staged file, so a rerun's
+  // head is byte for byte the head of the same run saved anywhere else.
+  CHECK(head.find("head.pt/data.pkl") != std::string::npos);
+  CHECK(head.find(".staging") == std::string::npos);
   require_only_the_set(run, true);
 
   // A head that is written but does not load (a full disk truncates it): the run fails in one
