@@ -29,7 +29,7 @@ release=${EMBCACHE_DEBIAN_RELEASE:-$(. /etc/os-release && echo "${VERSION_ID:-${
 # GDAL 3.6.2 / 3.10.3 / 3.13.3. slurm-wlm and munge:
 # the Slurm executor's commands, and the single-node cluster the tests start (tests/slurm/).
 PACKAGES=(
-  cmake g++ make ccache pkg-config pmccabe
+  cmake g++ make ccache pkg-config pmccabe strace
   libopenblas0-openmp
   libhdf5-dev hdf5-tools hdf5-filter-plugin hdf5-filter-plugin-blosc-serial
   libcli11-dev nlohmann-json3-dev doctest-dev libssl-dev

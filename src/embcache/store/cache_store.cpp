@@ -458,7 +458,8 @@ void CacheStore::commit() {
     remove_quietly(partial);
     throw;
   }
-  if (policy_.fsync) sync_path(segments_dir_);
+  // The record is in place, so this run's state says so before the folder is synced: if that
+  // sync fails, abandon() keeps the file the record points at and the next run recovers its rows.
   records_.push_back(final_path);
   ++next_segment_;
   for (std::size_t i = 0; i < levels_.size(); ++i) recorded_chunks_[i] = std::max(recorded_chunks_[i], written[i]);
@@ -466,6 +467,7 @@ void CacheStore::commit() {
   uncommitted_bytes_ = 0;
   uncommitted_first_ = next_->rows();
   last_commit_ = now_seconds();
+  if (policy_.fsync) sync_path(segments_dir_);
 }
 
 void CacheStore::abandon() {
