@@ -3,6 +3,7 @@
 #include <cmath>
 #include <cstring>
 #include <algorithm>
+#include <filesystem>
 #include <map>
 
 #include "embcache/core/error.hpp"
@@ -13,6 +14,17 @@ namespace embcache {
 namespace {
 
 constexpr const char* kParts = "parts";
+
+// A part's file as the view names it stays in the cache's folder: relative, and no component
+// that climbs out of it. Whatever a damaged or hostile view says, a reader opens only files there.
+bool stays_in_folder(const std::string& file) {
+  const std::filesystem::path path(file);
+  if (file.empty() || path.has_root_path()) return false;
+  for (const auto& component : path) {
+    if (component == ".." || component == "." || component.empty()) return false;
+  }
+  return true;
+}
 
 // Datasets of a cache file, "index/group" ... "levels/2", in a fixed order.
 std::vector<std::string> dataset_paths(const h5::File& file) {
@@ -109,6 +121,10 @@ CacheView read_view_table(const h5::File& file, const std::string& path, bool ke
       throw InputError(path + ": the /parts table's columns differ in length; the view is damaged");
     }
     for (std::size_t i = 0; i < n; ++i) {
+      if (!stays_in_folder(files[i])) {
+        throw InputError(path + ": /parts/file row " + std::to_string(i) + " (\"" + files[i] +
+                         "\") is not a file in the cache's folder; the view is damaged");
+      }
       CachePart part{files[i], rows[i], bytes[i], ids[i], shards[i], complete[i] != 0, nullptr, {}};
       if (!computed[i].empty()) part.computed_with = nlohmann::json::parse(computed[i], nullptr, false);
       view.parts.push_back(std::move(part));

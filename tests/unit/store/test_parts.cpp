@@ -4,7 +4,10 @@
 #include <filesystem>
 #include <map>
 
+#include <hdf5.h>
+
 #include "embcache/core/error.hpp"
+#include "embcache/h5/h5.hpp"
 #include "embcache/store/cache_file_reader.hpp"
 #include "embcache/store/cache_file_writer.hpp"
 #include "embcache/store/cache_reader.hpp"
@@ -145,6 +148,31 @@ TEST_CASE("a missing part is named, the other parts stay readable, and HDF5's vi
   CHECK(again.rows() == 9);
   fs::resize_file(again.part_path(1), fs::file_size(again.part_path(1)) - 100);
   CHECK(contains(error_message<InputError>([&] { CacheReader refused(cache); }), "truncated"));
+}
+
+TEST_CASE("a view that names a part outside the cache's folder is refused in one line") {
+  testing::TempDir dir;
+  fs::create_directories(dir.file("caches"));
+  const std::string cache = dir.file("caches/cache.h5");
+  install_part(cache, part_file(dir, "a.h5", 0, 6, 0.f), false);
+  install_part(cache, part_file(dir, "b.h5", 6, 6, 0.f), false);
+  const CacheView view = CacheReader(cache).parts();
+  fs::copy_file(dir.file("caches/" + view.parts[1].file), dir.file("outside.h5"));  // readable, were the name followed
+  for (const std::string& name : {std::string("../outside.h5"), dir.file("outside.h5"), std::string("cache.h5.parts/./x.h5")}) {
+    CAPTURE(name);
+    {
+      h5::File file = h5::open_file(cache, true);
+      const h5::Group parts = h5::open_group(file, "parts");
+      const std::vector<std::string> files = {view.parts[0].file, name};
+      REQUIRE(H5Ldelete(parts.get(), "file", H5P_DEFAULT) >= 0);
+      h5::write_string_dataset(parts, "file", files, "test");
+      h5::close_file(file, cache);
+    }
+    const std::string message = error_message<InputError>([&] { CacheReader refused(cache); });
+    CHECK(contains(message, "/parts/file row 1"));
+    CHECK(contains(message, "not a file in the cache's folder"));
+    CHECK(message.find('\n') == std::string::npos);
+  }
 }
 
 TEST_CASE("compaction writes one file with the same rows and content id, and removes the parts") {
