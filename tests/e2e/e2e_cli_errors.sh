@@ -156,6 +156,13 @@ grep -q "rerun the same command to finish" int.err || fail "Ctrl-C message: $(ca
 # without a word.
 "$EMBCACHE" inspect int.h5 >inspect.txt
 grep -q "incomplete: the precompute that wrote it was interrupted" inspect.txt || fail "inspect: $(cat inspect.txt)"
+# Standard output on a full disk: one line and exit 4, not exit 0 with the description lost.
+for args in "inspect int.h5" "inspect int.h5 --json" "--help"; do
+  rc=0
+  "$EMBCACHE" $args >/dev/full 2>full.err || rc=$?
+  [[ $rc -eq 4 && $(wc -l <full.err) -eq 1 ]] && grep -q "cannot write to standard output" full.err ||
+    fail "$args to a full disk: exit $rc: $(cat full.err)"
+done
 PROBE=(train-probe --task classification --levels 0 --val-fraction 0.2 --epochs 1 --quiet)
 "$EMBCACHE" "${PROBE[@]}" --cache int.h5 --out probe-short >/dev/null 2>probe.err
 grep -q "^embcache: warning: int.h5: the precompute that wrote it was interrupted, so crops are missing; rerun that precompute to finish it (training on the [0-9]* rows it has)$" probe.err || fail "train-probe on a short cache: $(cat probe.err)"

@@ -4,7 +4,9 @@
 #include <c10/util/Exception.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <new>
 #include <optional>
@@ -55,9 +57,8 @@ int fail(ExitCode code, const std::string& message) {
   return int(code);
 }
 
-}  // namespace
-
-int run_command_line(CLI::App& app, int argc, char** argv) {
+// Parses and runs, mapping every error to its exit code.
+int parse_and_run(CLI::App& app, int argc, char** argv) {
   if (const auto message = unknown_subcommand(app, argc, argv)) return fail(ExitCode::kUsage, *message);
   // Usage errors point at the subcommand's own help.
   const std::string help = argc > 1 && argv[1][0] != '-' ? std::string("embcache ") + argv[1] + " --help" : "embcache --help";
@@ -94,6 +95,21 @@ int run_command_line(CLI::App& app, int argc, char** argv) {
     return fail(ExitCode::kInternal, message);
   } catch (const std::exception& e) {
     return fail(ExitCode::kInternal, first_line(e.what()));
+  }
+  return 0;
+}
+
+}  // namespace
+
+int run_command_line(CLI::App& app, int argc, char** argv) {
+  const int code = parse_and_run(app, argc, argv);
+  if (code != 0) return code;
+  // A summary, table or help text that did not reach standard output (a full disk behind a
+  // redirection) is a failed run, not a quiet success.
+  const int flush_error = std::fflush(stdout) == 0 ? 0 : errno;
+  if (flush_error != 0 || std::ferror(stdout)) {
+    return fail(ExitCode::kIo, std::string("cannot write to standard output: ") +
+                                   (flush_error != 0 ? std::strerror(flush_error) : "a write failed"));
   }
   return 0;
 }
