@@ -31,6 +31,12 @@ void run_compact_command(const CompactOptions& options) {
     }
   }
   const CompactStats stats = compact_cache(options.cache, options.fsync);
+  if (stats.retired_views_kept > 0) {
+    std::fprintf(stderr,
+                 "embcache: note: %s: a reader still has the cache open as it was before (%lld older views), so "
+                 "the part files it reads stay until it closes it; compact again then to remove them\n",
+                 options.cache.c_str(), (long long)stats.retired_views_kept);
+  }
   if (options.quiet) return;
   if (stats.parts_before == 0) {
     std::printf("%s: already one file (%lld rows, %s); nothing to do\n", options.cache.c_str(), (long long)stats.rows,

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <random>
+#include <thread>
 #include <unordered_set>
 
 #include "embcache/core/crop_key.hpp"
@@ -18,6 +19,7 @@
 #include "embcache/core/file_lock.hpp"
 #include "embcache/core/shard_spec.hpp"
 #include "embcache/store/cache_file_writer.hpp"
+#include "embcache/store/retired_views.hpp"
 
 namespace fs = std::filesystem;
 
@@ -153,14 +155,18 @@ std::int64_t hide_keys(CacheView& view, const std::unordered_set<std::uint64_t>&
   return hidden;
 }
 
-// Writes `view` beside the cache and renames it over CACHE.h5; removes part files it no longer names.
-void install_view(const std::string& cache_path, CacheView view, const ViewHeader& header, bool fsync) {
+// Writes `view` beside the cache and renames it over CACHE.h5 (a view replaced is retired first,
+// for its readers). The part files it no longer names go in the caller's sweep_parts, once the
+// caller has closed the old view.
+void install_view(const std::string& cache_path, CacheView view, const ViewHeader& header, bool replaces_view,
+                  bool fsync) {
   drop_unused_parts(view);
   const std::string dir = directory_of(cache_path);
   const std::string tmp = cache_path + ".view.tmp";
   try {
     write_view_file(tmp, dir, view, header);
     if (fsync) sync_path(tmp);
+    if (replaces_view) retire_view(cache_path);
     rename_or_throw(tmp, cache_path);
   } catch (...) {
     std::error_code ec;
@@ -168,13 +174,6 @@ void install_view(const std::string& cache_path, CacheView view, const ViewHeade
     throw;
   }
   if (fsync) sync_path(dir);
-  // Part files the view does not name: hidden whole by newer rows, or left by an install that died.
-  std::unordered_set<std::string> named;
-  for (const auto& p : view.parts) named.insert(fs::path(p.file).filename().string());
-  std::error_code ec;
-  for (const auto& entry : fs::directory_iterator(parts_dir_of(cache_path), ec)) {
-    if (!named.count(entry.path().filename().string())) fs::remove(entry.path(), ec);
-  }
 }
 
 ViewHeader header_for(const CacheFileReader& newest, const StorageOptions& storage, const std::string& content_id) {
@@ -196,6 +195,7 @@ std::int64_t rewrite_as_one_file(const CacheReader& cache, bool complete, bool f
     copied = copy_rows_to_file(cache, tmp, cache.signature(), cache.levels(), cache.label_kinds(), cache.storage(), complete,
                                cache.content_id().value_or(new_content_id()));
     if (fsync) sync_path(tmp);
+    if (cache.is_view()) retire_view(cache.path());
     rename_or_throw(tmp, cache.path());
   } catch (...) {
     std::error_code ec;
@@ -236,8 +236,11 @@ std::string amp_conflict(const CacheReader& cache, const Signature& wanted) {
   return "";
 }
 
-InstallStats install_part(const std::string& cache_path, const std::string& part_file, bool fsync) {
-  const FileLock lock = install_lock(cache_path);
+namespace {
+
+// install_part and mark_shard_complete under the install lock, their readers of the old cache
+// closed when they return.
+InstallStats install_into(const std::string& cache_path, const std::string& part_file, bool fsync) {
   InstallStats stats;
   const std::string dir = directory_of(cache_path);
   if (!fs::exists(cache_path)) {
@@ -277,14 +280,13 @@ InstallStats install_part(const std::string& cache_path, const std::string& part
     const ShardSpec y = shard_from_text(view.parts[std::size_t(b.part)].shard);
     return std::make_pair(x.count, x.index) < std::make_pair(y.count, y.index);
   });
-  install_view(cache_path, view, header, fsync);
+  install_view(cache_path, view, header, cache.is_view(), fsync);
   stats.rows = view.rows();
   stats.parts = std::int64_t(view.parts.size());
   return stats;
 }
 
-std::int64_t mark_shard_complete(const std::string& cache_path, const std::string& shard, bool fsync) {
-  const FileLock lock = install_lock(cache_path);
+std::int64_t mark_complete(const std::string& cache_path, const std::string& shard, bool fsync) {
   if (!fs::exists(cache_path)) return 0;
   const CacheReader cache(cache_path, CacheReader::MissingParts::kSkip, /*key_hashes=*/true);
   if (!cache.is_view()) {
@@ -302,8 +304,25 @@ std::int64_t mark_shard_complete(const std::string& cache_path, const std::strin
   }
   if (!changed) return 0;
   const CacheFileReader newest(cache.part_path(std::size_t(view.segments.back().part)));
-  install_view(cache_path, view, header_for(newest, cache.storage(), cache.content_id().value_or(new_content_id())), fsync);
+  install_view(cache_path, view, header_for(newest, cache.storage(), cache.content_id().value_or(new_content_id())),
+               /*replaces_view=*/true, fsync);
   return 0;
+}
+
+}  // namespace
+
+InstallStats install_part(const std::string& cache_path, const std::string& part_file, bool fsync) {
+  const FileLock lock = install_lock(cache_path);
+  const InstallStats stats = install_into(cache_path, part_file, fsync);
+  sweep_parts(cache_path);
+  return stats;
+}
+
+std::int64_t mark_shard_complete(const std::string& cache_path, const std::string& shard, bool fsync) {
+  const FileLock lock = install_lock(cache_path);
+  const std::int64_t copied = mark_complete(cache_path, shard, fsync);
+  sweep_parts(cache_path);
+  return copied;
 }
 
 void remove_cache(const std::string& cache_path) {
@@ -337,16 +356,16 @@ CompactStats compact_cache(const std::string& cache_path, bool fsync) {
   {
     const CacheReader cache(cache_path);
     stats.rows = cache.rows();
-    if (!cache.is_view()) {
-      stats.bytes = file_bytes(cache_path, "cache");
-      stats.seconds = now_seconds() - started;
-      return stats;
+    if (cache.is_view()) {
+      stats.parts_before = std::int64_t(cache.parts().parts.size());
+      rewrite_as_one_file(cache, cache.complete().value_or(true), fsync);
     }
-    stats.parts_before = std::int64_t(cache.parts().parts.size());
-    rewrite_as_one_file(cache, cache.complete().value_or(true), fsync);
   }
-  std::error_code ec;
-  fs::remove_all(parts_dir_of(cache_path), ec);
+  // A reader that opened the old view an instant before the rename takes HDF5's lock on it right
+  // after its open(): give it that instant before asking who holds the view.
+  if (stats.parts_before > 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  // Also for a cache that is one file already: parts an earlier compact kept for a reader go now.
+  stats.retired_views_kept = sweep_parts(cache_path);
   stats.bytes = file_bytes(cache_path, "cache");
   stats.seconds = now_seconds() - started;
   return stats;

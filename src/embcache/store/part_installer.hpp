@@ -29,7 +29,8 @@ struct InstallStats {
 // `cache_path`: renamed to CACHE.h5 when there is no cache yet; otherwise linked into
 // CACHE.h5.parts/ and a new view written and renamed over CACHE.h5 (a cache of one file becomes
 // the view's first part, by a hard link). The newest row of a key wins; its older rows are
-// hidden. Missing parts are dropped from the view. InputError when the part's signature, level
+// hidden. Missing parts are dropped from the view; parts the new view no longer names are removed
+// once no reader holds an old view that names them (retired_views.hpp). InputError when the part's signature, level
 // shapes or amp differ from the cache's. `fsync`: make it durable before returning. The caller
 // removes `part_file` afterwards (if it is still there): until the new view is installed, it is
 // what a crashed install recovers from.
@@ -45,9 +46,11 @@ struct CompactStats {
   std::int64_t parts_before = 0;
   std::int64_t bytes = 0;
   double seconds = 0;
+  std::int64_t retired_views_kept = 0;  // old views a reader still holds: their parts stay for now
 };
 // Rewrites a cache of parts into one file (format 1 or 2), keeping its content_id (the rows are
-// the same), and removes the part files. A cache of one file is left as it is.
+// the same), and removes the part files but those a reader of the old view still needs
+// (retired_views.hpp). A cache of one file is left as it is.
 CompactStats compact_cache(const std::string& cache_path, bool fsync);
 
 // Removes the cache at `cache_path` (--overwrite): its file, its parts and an older build's
