@@ -737,10 +737,13 @@ class StudyParser {
     check_cache_refs(where, raw, e);
     if (problems_.lines.size() > problems_before) return;
 
+    constexpr std::size_t kMaxRuns = 100000;
     std::size_t total = 1;
-    for (const auto& a : axes) total *= a.size;
-    if (total > 100000) {
-      problems_.add(where, "expands into " + std::to_string(total) + " runs; that is surely a mistake");
+    // Capped as it grows: thirty lists of five values would wrap a 64-bit product to a small one.
+    for (const auto& a : axes) total = std::min(total, kMaxRuns + 1) * a.size;
+    if (total > kMaxRuns) {
+      problems_.add(where, "expands into more than " + std::to_string(kMaxRuns) +
+                               " runs; that is surely a mistake (each list of values multiplies the runs)");
       return;
     }
     study_.groups.push_back(group);

@@ -132,6 +132,20 @@ TEST_CASE("values past the fixed limits, numbers that do not fit, repeated keys 
   CHECK(overflow.find('\n') == std::string::npos);
 }
 
+TEST_CASE("a grid past 100000 runs is refused, also where the product of its lists would wrap") {
+  StudyDir d;
+  // Four lists of 2^16 values: 2^64 runs, a product that wraps to 0 in 64 bits.
+  const auto list = [](const char* key, double scale, double offset) {
+    std::string text = std::string("\"") + key + "\": [";
+    for (int i = 0; i < 65536; ++i) text += (i ? "," : "") + std::to_string(offset + i * scale);
+    return text + "]";
+  };
+  const std::string problems = d.problems(R"({"name": "a", "cache": "enc", "task": "classification", "levels": 0, )" +
+                                          list("lr", 1e-6, 1e-6) + ", " + list("weight_decay", 1e-6, 0) + ", " +
+                                          list("seed", 1, 0) + ", " + list("dropout", 1.0 / 65536, 0) + "}");
+  CHECK(contains(problems, "probes[0]: expands into more than 100000 runs"));
+}
+
 TEST_CASE("an executor object fills the Slurm settings, and each wrong key is named") {
   StudyDir d;
   const std::string probe = R"({"name": "p", "cache": "enc", "task": "classification", "levels": 0})";
