@@ -44,6 +44,15 @@ expect_error 2 "no level \"9\"" "${RUN[@]}" --encoder "$ENC/multi_scripted.pt" -
 expect_error 3 "encoder file not found" "${RUN[@]}" --encoder nope.pt --dataset data.h5 --out c.h5
 expect_error 3 ": is a directory; pass a TorchScript file" "${RUN[@]}" --encoder . --dataset data.h5 --out c.h5
 expect_error 3 "not a loadable TorchScript" "${RUN[@]}" --encoder "$ENC/not_torchscript.pt" --dataset data.h5 --out c.h5
+# A disk that fails while the encoder is read: an I/O error with the system's reason (exit 4), not
+# advice to save the encoder again. strace fails its first open (the hash) and then its second
+# (LibTorch's reader); LeakSanitizer cannot run under ptrace.
+cp "$ENC/light.pt" eio.pt
+for n in 1 2; do
+  expect_error 4 "eio.pt: cannot .*: Input/output error" env ASAN_OPTIONS="${ASAN_OPTIONS:+$ASAN_OPTIONS:}detect_leaks=0" \
+    strace -f -qq -o /dev/null -e trace=openat -P "$PWD/eio.pt" -e inject=openat:error=EIO:when=$n \
+    "${RUN[@]}" --encoder "$PWD/eio.pt" --dataset data.h5 --out eio.h5
+done
 expect_error 3 "Dict output has the key \"stage/1\", which cannot name a level" "${RUN[@]}" --encoder "$ENC/bad_key.pt" --dataset data.h5 --out c.h5
 expect_error 3 "1 dimensions" "${RUN[@]}" --encoder "$ENC/bad_rank.pt" --dataset data.h5 --out c.h5
 # The cause from TorchScript's interpreter, not its "The following operation failed" opening line.

@@ -25,7 +25,8 @@ class Sha256 {
 };
 
 std::string sha256_hex(const std::string& bytes);
-// Throws InputError naming the path when the file cannot be read.
+// Throws InputError naming the path when there is no such file, IoError with the system's
+// reason when it cannot be read.
 std::string sha256_file_hex(const std::string& path);
 
 }  // namespace embcache

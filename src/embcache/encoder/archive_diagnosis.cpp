@@ -3,7 +3,14 @@
 #include <caffe2/serialize/inline_container.h>
 #include <c10/util/Exception.h>
 
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <map>
+#include <vector>
 
 #include "embcache/core/error.hpp"
 
@@ -56,6 +63,28 @@ std::string missing_operator(const std::string& load_error) {
   const auto begin = at + key.size();
   const auto end = load_error.find_first_of(". \n", begin);
   return load_error.substr(begin, end == std::string::npos ? std::string::npos : end - begin);
+}
+
+std::string read_failure(const std::string& path, const std::string& load_error) {
+  const std::string key = "errno ";
+  const auto at = load_error.find(key);
+  if (at != std::string::npos && load_error.find(" on fopen", at) != std::string::npos) {
+    const int error = std::atoi(load_error.c_str() + at + key.size());
+    if (error > 0) return std::strerror(error);
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return std::strerror(errno);
+  std::vector<char> buffer(1 << 20);
+  std::string reason;
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got > 0) continue;
+    if (got < 0 && errno == EINTR) continue;
+    if (got < 0) reason = std::strerror(errno);
+    break;
+  }
+  ::close(fd);
+  return reason;
 }
 
 std::string describe_load_failure(const std::string& path, const std::string& load_error, const ArchiveFacts& facts,

@@ -21,6 +21,11 @@ ArchiveFacts read_archive_facts(const std::string& path);
 // "aten::scaled_dot_product_attention" from LibTorch's "Unknown builtin op: aten::...", or "".
 std::string missing_operator(const std::string& load_error);
 
+// Why the file could not be read, when that is why it did not load: the errno LibTorch's archive
+// reader met opening it ("... errno 5 on fopen ..."), or a read of the whole file that fails now.
+// "" when the file reads (the archive itself is the problem). Never throws.
+std::string read_failure(const std::string& path, const std::string& load_error);
+
 // The InputError message for an archive that failed to load with `load_error` under LibTorch
 // `libtorch_version`.
 std::string describe_load_failure(const std::string& path, const std::string& load_error, const ArchiveFacts& facts,

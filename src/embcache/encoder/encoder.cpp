@@ -233,6 +233,10 @@ Encoder::Encoder(const std::string& path, c10::Device device, Amp amp, Optimizat
     failure = e.what();
   }
   if (!failure.empty()) {
+    // A disk that fails is not a file to save again: an I/O error (exit 4), with the system's reason.
+    if (const std::string reason = read_failure(path, failure); !reason.empty()) {
+      throw IoError(path + ": cannot read the encoder file: " + reason);
+    }
     throw InputError(describe_load_failure(path, failure, read_archive_facts(path), torch_version_running()));
   }
   const bool saved_training = impl_->module.is_training();

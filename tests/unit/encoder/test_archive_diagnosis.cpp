@@ -2,7 +2,9 @@
 // read from the archive's zip directory.
 #include "doctest_torch.hpp"
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 
 #include "embcache/encoder/archive_diagnosis.hpp"
@@ -32,6 +34,16 @@ TEST_CASE("the missing operator is read from LibTorch's compile error") {
   REQUIRE(missing_operator(kUnknownOp) == "aten::scaled_dot_product_attention");
   REQUIRE(missing_operator("Unknown builtin op: aten::foo") == "aten::foo");
   REQUIRE(missing_operator("PytorchStreamReader failed reading zip archive").empty());
+}
+
+TEST_CASE("an archive that could not be read is told from one that is not TorchScript") {
+  // LibTorch's words when fopen fails (here with EIO, as a failing disk gives).
+  const std::string eio = "open file failed because of errno 5 on fopen: , file path: enc.pt";
+  CHECK(read_failure(committed_archive(), eio) == std::strerror(EIO));
+  // A file that reads whole: the archive itself is the problem.
+  CHECK(read_failure(committed_archive(), "PytorchStreamReader failed reading zip archive").empty());
+  // A directory opens but cannot be read.
+  CHECK(read_failure(std::getenv("TEST_DATA"), "PytorchStreamReader failed reading zip archive") == std::strerror(EISDIR));
 }
 
 TEST_CASE("a missing operator: one line naming it, the producer, the LibTorch, and what to do") {
