@@ -241,8 +241,9 @@ nlohmann::json MetricAccumulator::bootstrap(std::int64_t g, std::int64_t samples
   }
   nlohmann::json j;
   for (auto& [name, values] : draws) {
-    std::sort(values.begin(), values.end());
-    auto at_q = [&](double q) { return values[std::size_t(std::floor(q * double(values.size() - 1) + 0.5))]; };
+    std::vector<double>& sorted = values;  // C++17 lambdas cannot capture a structured binding
+    std::sort(sorted.begin(), sorted.end());
+    auto at_q = [&](double q) { return sorted[std::size_t(std::floor(q * double(sorted.size() - 1) + 0.5))]; };
     j[name] = {at_q(0.025), at_q(0.975)};
   }
   return j;
