@@ -2,14 +2,16 @@
 # Installs dependencies, builds, and runs the whole test suite through ctest.
 # Usage: scripts/test.sh [--sanitize] [--tsan] [--debian13-root] [CTEST_ARGS...]
 #   --sanitize  then builds a second tree (build-sanitize/) with AddressSanitizer and
-#               UndefinedBehaviorSanitizer and runs the whole suite again there; any report fails
-#               it. Suppressions (tests/sanitizers/) cover reports inside LibTorch, libgomp or HDF5
+#               UndefinedBehaviorSanitizer and runs the whole suite again there but the trials
+#               (label "trials": they run once, in the first leg); any report fails it.
+#               Suppressions (tests/sanitizers/) cover reports inside LibTorch, libgomp or HDF5
 #               only, each with its reason.
 #   --tsan      then builds build-tsan/ with ThreadSanitizer and runs the tests it gives a clean
 #               signal on (TSAN_TESTS below; docs/architecture.md says what it covers and why).
-#   --debian13-root  then runs the whole suite again in a Debian 13 root made by mmdebstrap
-#               (scripts/env/debian_root.sh: reused while its package list is unchanged on this
-#               machine), building in build-debian13/. Needs root. CI runs it on its Debian 12.
+#   --debian13-root  then runs the whole suite but the trials again in a Debian 13 root made by
+#               mmdebstrap (scripts/env/debian_root.sh: reused while its package list is unchanged
+#               on this machine), building in build-debian13/. Needs root. CI runs it on its
+#               Debian 12.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 sanitize=0 tsan=0 debian13=0
@@ -30,7 +32,7 @@ if ((sanitize)); then
   export ASAN_OPTIONS="abort_on_error=0:halt_on_error=1:suppressions=$supp/asan.supp"
   export LSAN_OPTIONS="suppressions=$supp/lsan.supp:print_suppressions=0"
   export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$supp/ubsan.supp"
-  (cd build-sanitize && ctest --output-on-failure -j "$JOBS" --timeout 1800 "$@")
+  (cd build-sanitize && ctest --output-on-failure -j "$JOBS" --timeout 1800 -LE trials "$@")
 fi
 if ((tsan)); then
   echo "== the unit tests under ThreadSanitizer (build-tsan/) =="
@@ -47,5 +49,5 @@ if ((tsan)); then
 fi
 if ((debian13)); then
   echo "== the whole suite in a Debian 13 root (scripts/env/debian_root.sh trixie, build-debian13/) =="
-  JOBS=$JOBS BUILD_DIR=build-debian13 scripts/env/debian_root.sh trixie -- scripts/test.sh "$@"
+  JOBS=$JOBS BUILD_DIR=build-debian13 scripts/env/debian_root.sh trixie -- scripts/test.sh -LE trials "$@"
 fi
