@@ -26,16 +26,19 @@ void write_text_atomically(const std::string& path, const std::string& text, con
     if (!out) {
       throw IoError(what + " " + path + ": cannot write (" + (errno ? std::strerror(errno) : "directory missing or not writable") + ")");
     }
+    errno = 0;
     out << text;
     out.flush();
     if (!out) {
+      const int error = errno;
       std::remove(tmp.c_str());
-      throw IoError(what + " " + path + ": write failed (disk full?)");
+      throw IoError(what + " " + path + ": write failed (" + (error ? std::strerror(error) : "disk full?") + ")");
     }
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    const int error = errno;
     std::remove(tmp.c_str());
-    throw IoError(what + " " + path + ": cannot rename into place");
+    throw IoError(what + " " + path + ": cannot rename into place (" + std::strerror(error) + ")");
   }
 }
 

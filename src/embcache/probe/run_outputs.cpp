@@ -2,8 +2,10 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iomanip>
@@ -182,10 +184,14 @@ std::string staging_dir(const std::string& dir) { return dir + "/.staging." + st
 
 void write_staged(const std::string& path, const std::string& text, const std::string& what) {
   {
+    errno = 0;  // the failed open or write leaves its reason here
     std::ofstream out(path, std::ios::binary | std::ios::trunc);
     out << text;
     out.flush();
-    if (!out) throw IoError(what + " " + path + ": cannot write (disk full, or the directory not writable?)");
+    if (!out) {
+      throw IoError(what + " " + path + ": cannot write (" +
+                    (errno ? std::strerror(errno) : "disk full, or the directory not writable?") + ")");
+    }
   }
   sync_path(path);
 }
