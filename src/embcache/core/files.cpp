@@ -10,6 +10,7 @@
 #include <fstream>
 #include <functional>
 #include <thread>
+#include <vector>
 
 #include "embcache/core/error.hpp"
 
@@ -68,6 +69,24 @@ std::int64_t file_bytes(const std::string& path, const std::string& what) {
   const auto bytes = std::filesystem::file_size(path, ec);
   if (ec) throw IoError(what + " " + path + ": cannot read its size (" + ec.message() + ")");
   return std::int64_t(bytes);
+}
+
+int read_file_blocks(const std::string& path, const std::function<void(const char* data, std::size_t size)>& block) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return errno;
+  std::vector<char> buffer(1 << 20);
+  int error = 0;
+  for (;;) {
+    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
+    if (got > 0) {
+      block(buffer.data(), std::size_t(got));
+    } else if (got == 0 || errno != EINTR) {
+      error = got < 0 ? errno : 0;
+      break;
+    }
+  }
+  ::close(fd);
+  return error;
 }
 
 }  // namespace embcache

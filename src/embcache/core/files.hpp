@@ -2,7 +2,9 @@
 // (a full disk, a permission) are IoErrors naming the path.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <string>
 
 namespace embcache {
@@ -19,5 +21,9 @@ void move_into_place(const std::string& from, const std::string& to, const std::
 std::int64_t file_bytes(const std::string& path, const std::string& what);
 // fsync of a file or a directory (a directory: the names created, renamed or removed in it).
 void sync_path(const std::string& path);
+
+// Reads `path` to its end with read(2), handing each block to `block`; returns 0, or the errno
+// of the open or read that failed.
+int read_file_blocks(const std::string& path, const std::function<void(const char* data, std::size_t size)>& block);
 
 }  // namespace embcache

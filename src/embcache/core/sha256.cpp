@@ -1,14 +1,13 @@
 #include "embcache/core/sha256.hpp"
 
-#include <fcntl.h>
 #include <openssl/evp.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
 #include <vector>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
 
 namespace embcache {
 namespace {
@@ -53,25 +52,13 @@ std::string sha256_hex(const std::string& bytes) {
 }
 
 std::string sha256_file_hex(const std::string& path) {
-  // read(2) rather than a stream, so that a failure says why: a failing disk or a permission is
-  // an I/O error with the system's reason, not a file the user should replace.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0 && (errno == ENOENT || errno == ENOTDIR)) throw InputError(path + ": no such file");
-  if (fd < 0) throw IoError(path + ": cannot open for reading: " + std::strerror(errno));
+  // A failing disk or a permission is an I/O error with the system's reason, not a file the user
+  // should replace.
   Sha256 hasher;
-  std::vector<char> buffer(1 << 20);
-  for (;;) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got > 0) {
-      hasher.update(buffer.data(), std::size_t(got));
-      continue;
-    }
-    if (got < 0 && errno == EINTR) continue;
-    const int error = got < 0 ? errno : 0;
-    ::close(fd);
-    if (error != 0) throw IoError(path + ": cannot read: " + std::strerror(error));
-    return hasher.hex_digest();
-  }
+  const int error = read_file_blocks(path, [&](const char* data, std::size_t size) { hasher.update(data, size); });
+  if (error == ENOENT || error == ENOTDIR) throw InputError(path + ": no such file");
+  if (error != 0) throw IoError(path + ": cannot read: " + std::strerror(error));
+  return hasher.hex_digest();
 }
 
 }  // namespace embcache

@@ -3,16 +3,12 @@
 #include <caffe2/serialize/inline_container.h>
 #include <c10/util/Exception.h>
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
 #include <cstdlib>
 #include <cstring>
 #include <map>
-#include <vector>
 
 #include "embcache/core/error.hpp"
+#include "embcache/core/files.hpp"
 
 namespace embcache {
 namespace {
@@ -72,19 +68,8 @@ std::string read_failure(const std::string& path, const std::string& load_error)
     const int error = std::atoi(load_error.c_str() + at + key.size());
     if (error > 0) return std::strerror(error);
   }
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) return std::strerror(errno);
-  std::vector<char> buffer(1 << 20);
-  std::string reason;
-  for (;;) {
-    const ssize_t got = ::read(fd, buffer.data(), buffer.size());
-    if (got > 0) continue;
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) reason = std::strerror(errno);
-    break;
-  }
-  ::close(fd);
-  return reason;
+  const int error = read_file_blocks(path, [](const char*, std::size_t) {});
+  return error != 0 ? std::strerror(error) : "";
 }
 
 std::string describe_load_failure(const std::string& path, const std::string& load_error, const ArchiveFacts& facts,
